@@ -1,0 +1,176 @@
+"""The ``ivln-ce`` command: parse arguments, load the config, call one function per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+from pathlib import Path
+
+from ivln_ce import __version__
+from ivln_ce.config import ConfigError, load_config, resolved, to_yaml
+from ivln_ce.data.jsonio import DataFormatError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class UsageError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- subcommands
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ivln_ce.evaluation.demo import format_table, run_demo
+
+    out = Path(args.out)
+    print(f"ivln-ce demo: generating {args.tours} example tours and scoring 4 reference agents -> {out}/")
+    rows = run_demo(out, seed=args.seed, num_tours=args.tours)
+    print(format_table(rows))
+    print(
+        "\nTL/NE in metres, the rest x100. Score any log yourself, e.g.:\n"
+        f"  ivln-ce score --gt {out / 'gt_ndtw.json'} --agent {rows[1].agent_file} --split val_unseen --per-tour"
+    )
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from ivln_ce.evaluation.scoring import ScoreRequest, format_score_text, score_files, score_report
+
+    overrides = list(args.overrides)
+    if args.mode is not None:
+        overrides.append(f"metrics.tndtw.variant={args.mode}")
+    if args.d_th is not None:
+        overrides.append(f"metrics.tndtw.d_th={args.d_th}")
+    if args.on_infeasible is not None:
+        overrides.append(f"metrics.tndtw.on_infeasible={args.on_infeasible}")
+    cfg = load_config(args.config, overrides)
+    t = cfg.metrics.tndtw
+    req = ScoreRequest(
+        gt=Path(args.gt),
+        agent=Path(args.agent),
+        split=args.split,
+        variant=t.variant.value,
+        d_th=float(t.d_th),
+        on_infeasible=t.on_infeasible.value,
+        distance=t.distance.value,
+    )
+    result = score_files(req, show_progress=not args.json)
+    if args.json:
+        print(json.dumps(score_report(result, req, resolved(cfg)), indent=2))
+    else:
+        print(format_score_text(result, req, args.per_tour))
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides)
+    print(to_yaml(cfg), end="")
+    return 0
+
+
+def cmd_data_validate(args: argparse.Namespace) -> int:
+    from ivln_ce.data.episodes import check_against_vocab, load_episodes, load_reference_trajectories
+    from ivln_ce.data.tours import join_tours, load_tours
+
+    known = None
+    if args.scenes_dir:
+        root = Path(args.scenes_dir)
+        known = {p.stem for p in root.rglob("*.glb")}
+    ds = load_episodes(args.episodes, known_scans=known)
+    print(f"{args.episodes}: {len(ds)} episodes, {len({e.trajectory_id for e in ds})} paths, {len(ds.scans())} scenes")
+    vocab = ds.vocab
+    if vocab is not None:
+        bad = check_against_vocab(ds, vocab)
+        print(f"vocabulary: {len(vocab)} words; re-tokenising the instructions "
+              + ("matches every stored token list" if not bad else f"differs for episodes {bad}"))
+    if args.references:
+        refs = load_reference_trajectories(args.references)
+        missing = [e.episode_id for e in ds if e.episode_id not in refs]
+        print(f"{args.references}: {len(refs)} reference trajectories; {len(missing)} episodes without one")
+    if args.tours:
+        if not args.split:
+            raise UsageError("--tours needs --split")
+        tours = load_tours(args.tours, args.split)
+        join = join_tours(ds, tours)
+        print(f"{args.tours} [{args.split}]: {len(tours)} tours; {len(join.tour_of)} episodes covered, "
+              f"{len(join.dropped_episodes)} dropped, {len(join.unknown_entries)} unknown tour entries")
+    print("OK")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    script = REPO_ROOT / "scripts" / f"bench_{args.name}.py"
+    if not script.exists():
+        available = sorted(p.stem[len("bench_"):] for p in (REPO_ROOT / "scripts").glob("bench_*.py"))
+        raise UsageError(f"no benchmark {args.name!r} (scripts/ is needed; available: {available})")
+    sys.argv = [str(script), *args.bench_args]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ivln-ce", description="Iterative VLN in continuous environments (IR2R-CE).")
+    p.add_argument("--version", action="version", version=f"ivln-ce {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="run the metric suite end to end on a generated example")
+    d.add_argument("--out", default="data/demo", help="output folder (default: data/demo)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--tours", type=int, default=6, help="number of example tours")
+    d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("score", help="t-nDTW of an agent path log against target tour paths")
+    s.add_argument("--gt", required=True, help="target tour paths (gt_ndtw.json layout)")
+    s.add_argument("--agent", required=True, help="agent path log (dtw_data_ckpt_*.json layout)")
+    s.add_argument("--split", required=True, help="split inside the target file, e.g. val_unseen")
+    s.add_argument("--mode", choices=["official", "paper"], default=None, help="t-nDTW variant (default official)")
+    s.add_argument("--d-th", type=float, default=None, help="normalising threshold d_th in metres (default 3.0)")
+    s.add_argument("--on-infeasible", choices=["error", "nan", "paper_fallback"], default=None)
+    s.add_argument("--json", action="store_true", help="print a JSON report instead of text")
+    s.add_argument("--per-tour", action="store_true", help="list every tour's score")
+    s.add_argument("--config", default=None, help="YAML config (metrics.tndtw.* is used)")
+    s.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. metrics.tndtw.d_th=3.0")
+    s.set_defaults(func=cmd_score)
+
+    c = sub.add_parser("config", help="inspect configs")
+    csub = c.add_subparsers(dest="config_command", required=True)
+    cs = csub.add_parser("show", help="print the fully resolved config")
+    cs.add_argument("--config", default=None)
+    cs.add_argument("overrides", nargs="*")
+    cs.set_defaults(func=cmd_config_show)
+
+    dt = sub.add_parser("data", help="dataset tools")
+    dsub = dt.add_subparsers(dest="data_command", required=True)
+    dv = dsub.add_parser("validate", help="validate episode (and optional tour/reference) files")
+    dv.add_argument("episodes", help="R2R-VLN-CE episode file (.json or .json.gz)")
+    dv.add_argument("--references", help="{split}_gt.json.gz reference trajectories")
+    dv.add_argument("--tours", help="tours.json")
+    dv.add_argument("--split", help="split of tours.json to join")
+    dv.add_argument("--scenes-dir", help="check every scene_id against the .glb files under this folder")
+    dv.set_defaults(func=cmd_data_validate)
+
+    b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
+    b.add_argument("name")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, DataFormatError, UsageError, ValueError, FileNotFoundError) as exc:
+        print(f"ivln-ce {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Orchestration of evaluation: scoring files, reports, the demo."""

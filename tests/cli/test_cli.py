@@ -1,0 +1,61 @@
+import json
+
+import numpy as np
+import pytest
+
+from ivln_ce.cli import main
+from ivln_ce.data.targets import write_agent_paths, write_target_paths
+
+from ..metrics.tour_fixtures import random_tour
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(4)
+    tours = {str(t): random_tour(rng, K=4, degenerate=0.0, min_points=3) for t in range(5)}
+    gt = tmp_path / "gt_ndtw.json"
+    agent = tmp_path / "dtw_data_ckpt_3_val_unseen.json"
+    write_target_paths(gt, {"val_unseen": {t: g for t, (_, g) in tours.items()}, "val_seen": {}})
+    write_agent_paths(agent, {t: a for t, (a, _) in tours.items()})
+    return gt, agent
+
+
+def test_score_plain_last_line_and_json(files, capsys):
+    gt, agent = files
+    assert main(["score", "--gt", str(gt), "--agent", str(agent), "--split", "val_unseen", "--per-tour"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("t-nDTW: ")
+    plain = float(out[-1].split()[1])
+    assert main(["score", "--gt", str(gt), "--agent", str(agent), "--split", "val_unseen", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tndtw"] == pytest.approx(plain, abs=1e-4)
+    assert 0 < report["tndtw"] <= 100 and set(report["per_tour"]) == {str(t) for t in range(5)}
+    assert report["config"]["metrics"]["tndtw"]["variant"] == "official"
+    assert main(["score", "--gt", str(gt), "--agent", str(agent), "--split", "val_unseen", "--json", "--mode", "paper"]) == 0
+    paper = json.loads(capsys.readouterr().out)
+    assert paper["variant"] == "paper" and paper["tndtw"] != report["tndtw"]
+
+
+def test_score_errors_exit_2_with_a_message(files, capsys):
+    gt, agent = files
+    assert main(["score", "--gt", str(gt), "--agent", str(agent), "--split", "val_seen"]) == 2
+    assert "tour ids differ" in capsys.readouterr().err
+    assert main(["score", "--gt", str(gt), "--agent", str(agent), "--split", "val_unseen", "metrics.tndtw.dth=2"]) == 2
+    assert "did you mean 'metrics.tndtw.d_th'" in capsys.readouterr().err
+
+
+def test_demo_writes_scorable_files(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--tours", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "expert" in out and "t-nDTW" in out
+    row = next(line for line in out.splitlines() if line.startswith("expert"))
+    assert [float(v) for v in row.split()[-2:]] == [100.0, 100.0]
+    assert (tmp_path / "gt_ndtw.json").exists() and (tmp_path / "dtw_data_noisy_val_unseen.json").exists()
+
+
+def test_config_show_and_data_validate(real_val_unseen, capsys):
+    assert main(["config", "show", "metrics.tndtw.d_th=2.5"]) == 0
+    assert "d_th: 2.5" in capsys.readouterr().out
+    assert main(["data", "validate", str(real_val_unseen)]) == 0
+    out = capsys.readouterr().out
+    assert "1839 episodes, 613 paths, 11 scenes" in out and "matches every stored token list" in out
