@@ -81,6 +81,43 @@ class DataConfig:
     scenes_dir: str = "${data.root}/scene_datasets"
 
 
+class SimBackend(str, enum.Enum):
+    embedded = "embedded"  # generated houses, moderngl/embree rendering, grid navigation
+    habitat = "habitat"  # habitat-sim 0.2/0.3 (optional extra)
+
+
+class RendererKind(str, enum.Enum):
+    moderngl = "moderngl"
+    embree = "embree"
+    auto = "auto"  # moderngl, falling back to embree where no EGL context can be made
+
+
+@dataclass
+class SensorConfig:
+    width: int = 256
+    height: int = 256
+    hfov: float = 90.0  # degrees
+
+
+@dataclass
+class SimulatorConfig:
+    backend: SimBackend = SimBackend.embedded
+    renderer: RendererKind = RendererKind.moderngl
+    #: which sensors to render: any of rgb, depth, semantic
+    sensors: list[str] = field(default_factory=lambda: ["rgb", "depth", "semantic"])
+    rgb: SensorConfig = field(default_factory=lambda: SensorConfig(224, 224, 90.0))
+    depth: SensorConfig = field(default_factory=SensorConfig)
+    semantic: SensorConfig = field(default_factory=SensorConfig)
+    sensor_height: float = 1.25
+    max_depth: float = 10.0  # depth is normalised by this and clipped to 1
+    forward_step: float = 0.25
+    turn_angle: float = 15.0  # degrees
+    agent_radius: float = 0.1
+    agent_height: float = 1.5
+    max_climb: float = 0.2
+    nav_cell: float = 0.05  # embedded navigation grid resolution (m)
+
+
 @dataclass
 class ExperimentConfig:
     name: str = "default"
@@ -88,6 +125,7 @@ class ExperimentConfig:
     results_dir: str = "results/${name}"
     data: DataConfig = field(default_factory=DataConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
 
 
 # --------------------------------------------------------------------------- key checking

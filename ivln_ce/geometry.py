@@ -67,3 +67,26 @@ def rotation_y(theta: float) -> np.ndarray:
     """3x3 rotation matrix about +y by ``theta`` (right-handed)."""
     c, s = math.cos(theta), math.sin(theta)
     return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+# --------------------------------------------------------------------------- cameras
+
+
+def focal_lengths(width: int, height: int, hfov: float) -> tuple[float, float]:
+    """Pinhole focal lengths (pixels) of a renderer with square pixels and horizontal FOV ``hfov``."""
+    f = width / (2.0 * math.tan(hfov / 2.0))
+    return f, f
+
+
+def camera_rays(width: int, height: int, hfov: float, heading: float) -> np.ndarray:
+    """World-frame ray directions through every pixel centre, shape (H, W, 3).
+
+    Directions are not normalised: their component along the optical axis is 1, so a hit at
+    ray parameter t has z-depth t (the depth sensor's convention).
+    """
+    fx, fy = focal_lengths(width, height, hfov)
+    u = (np.arange(width) + 0.5 - width / 2.0) / fx
+    v = (np.arange(height) + 0.5 - height / 2.0) / fy
+    uu, vv = np.meshgrid(u, v)
+    cam = np.stack([uu, -vv, -np.ones_like(uu)], axis=-1)  # x right, y up, -z forward
+    return cam @ rotation_y(heading).T
