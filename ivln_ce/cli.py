@@ -101,6 +101,60 @@ def cmd_data_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scene_generate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ivln_ce.scenes.layout import generate_house
+    from ivln_ce.scenes.mesh import save_scene
+
+    seeds = range(args.seed, args.seed + args.count)
+    for seed in tqdm(seeds, desc="houses", unit="house", disable=args.count < 2 or None):
+        layout = generate_house(seed)
+        path = save_scene(layout, args.out)
+        (x0, z0), (x1, z1) = layout.bounds
+        print(f"{path}: {x1 - x0:.1f} x {z1 - z0:.1f} m, {len(layout.rooms)} rooms, {len(layout.doors)} doors, "
+              f"{len(layout.objects)} objects")
+    return 0
+
+
+def _scene_sim(scene: str, overrides: list[str]):
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    cfg = load_config(None, overrides).simulator
+    sim = EmbeddedSimulator(cfg)
+    sim.load_scene(scene)
+    return sim
+
+
+def cmd_scene_view(args: argparse.Namespace) -> int:
+    import math
+
+    import numpy as np
+
+    from ivln_ce.viz.scenes import panels, save_image
+
+    sim = _scene_sim(args.scene, [f"simulator.renderer={args.renderer}", *args.overrides])
+    if args.x is not None and args.z is not None:
+        pos = sim.snap_point([args.x, 0.0, args.z])
+    else:
+        pos = sim.sample_navigable_point(np.random.default_rng(args.seed))
+    sim.set_agent_state(pos, math.radians(args.heading))
+    obs = sim.get_observations()
+    out = save_image(args.out, panels(obs))
+    print(f"{out}: view from x={pos[0]:.2f} z={pos[2]:.2f} heading={args.heading:g} deg ({sim.config.renderer.value})")
+    sim.close()
+    return 0
+
+
+def cmd_scene_topdown(args: argparse.Namespace) -> int:
+    from ivln_ce.viz.scenes import save_image, topdown_image
+
+    sim = _scene_sim(args.scene, ["simulator.sensors=[]"])
+    out = save_image(args.out, topdown_image(sim.scene.layout, sim.nav, px_per_m=args.scale))
+    print(f"{out}: {len(sim.scene.layout.rooms)} rooms, navigable area {sim.nav.navigable.sum() * sim.nav.cell ** 2:.1f} m^2")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = REPO_ROOT / "scripts" / f"bench_{args.name}.py"
     if not script.exists():
@@ -154,6 +208,29 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--split", help="split of tours.json to join")
     dv.add_argument("--scenes-dir", help="check every scene_id against the .glb files under this folder")
     dv.set_defaults(func=cmd_data_validate)
+
+    sc = sub.add_parser("scene", help="generate and look at embedded scenes")
+    ssub = sc.add_subparsers(dest="scene_command", required=True)
+    sg = ssub.add_parser("generate", help="write procedural houses (.glb + .semantic.json)")
+    sg.add_argument("--seed", type=int, required=True)
+    sg.add_argument("--count", type=int, default=1, help="houses with seeds seed, seed+1, ...")
+    sg.add_argument("--out", required=True, help="output folder (one sub-folder per house)")
+    sg.set_defaults(func=cmd_scene_generate)
+    sv = ssub.add_parser("view", help="RGB / depth / semantic panels from a pose")
+    sv.add_argument("scene", help="path to a generated .glb")
+    sv.add_argument("--out", required=True, help="PNG to write")
+    sv.add_argument("--x", type=float, default=None)
+    sv.add_argument("--z", type=float, default=None)
+    sv.add_argument("--heading", type=float, default=0.0, help="degrees; 0 faces -z, positive turns left")
+    sv.add_argument("--seed", type=int, default=0, help="random navigable pose when --x/--z are not given")
+    sv.add_argument("--renderer", choices=["moderngl", "embree", "auto"], default="auto")
+    sv.add_argument("overrides", nargs="*", help="simulator config overrides, e.g. simulator.rgb.width=512")
+    sv.set_defaults(func=cmd_scene_view)
+    st = ssub.add_parser("topdown", help="plan view: rooms, labelled objects, navigable grid")
+    st.add_argument("scene", help="path to a generated .glb")
+    st.add_argument("--out", required=True, help="PNG to write")
+    st.add_argument("--scale", type=float, default=40.0, help="pixels per metre")
+    st.set_defaults(func=cmd_scene_topdown)
 
     b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
     b.add_argument("name")

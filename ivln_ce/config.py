@@ -306,6 +306,13 @@ def load_config(
     return cfg
 
 
+def as_dataclass(cfg: Any) -> Any:
+    """A plain dataclass instance of a (sub)config: fast attribute access in hot loops."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_object(cfg)
+    return cfg
+
+
 def resolved(cfg: DictConfig) -> dict[str, Any]:
     """The fully resolved config as a plain JSON-serialisable dict (enums as names)."""
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ivln_ce.config import SimulatorConfig
+from ivln_ce.config import SimulatorConfig, as_dataclass, load_config
 from ivln_ce.geometry import forward_vector, wrap_angle
 from ivln_ce.scenes.mesh import Scene, load_scene
 from ivln_ce.sim.base import (
@@ -38,9 +38,7 @@ class EmbeddedSimulator:
     """Implements ``sim.base.Simulator`` for generated houses."""
 
     def __init__(self, config: SimulatorConfig | None = None):
-        from ivln_ce.config import load_config
-
-        self.config = config if config is not None else load_config().simulator
+        self.config = as_dataclass(config if config is not None else load_config().simulator)
         self.sensors = check_sensors(self.config)
         self._scene: Scene | None = None
         self._scene_id: str | None = None

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ivln_ce.config import SimulatorConfig
+from ivln_ce.config import SimulatorConfig, as_dataclass
 from ivln_ce.geometry import heading_to_quaternion, quaternion_to_heading
 from ivln_ce.scenes.categories import map_class
 from ivln_ce.sim.base import (
@@ -71,7 +71,7 @@ class HabitatSimulator:
     """Implements ``sim.base.Simulator`` on habitat-sim."""
 
     def __init__(self, config: SimulatorConfig, scene_dataset_config: str | None = None, gpu_device_id: int = 0):
-        self.config = config
+        self.config = as_dataclass(config)
         self.sensors = check_sensors(config)
         self.scene_dataset_config = scene_dataset_config
         self.gpu_device_id = gpu_device_id

@@ -20,9 +20,27 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import skfmm
+from numba import njit
 from scipy import ndimage
 
 from ivln_ce.scenes.layout import Box, HouseLayout
+
+
+@njit(cache=True, nogil=True)
+def _free_fraction(navigable, x0, z0, cell, ax, az, dx, dz, spacing):
+    """Largest sampled t in [0, 1] such that a + s d lies on navigable cells for all s <= t."""
+    length = math.sqrt(dx * dx + dz * dz)
+    n = max(2, int(math.ceil(length / spacing)) + 1)
+    nz, nx = navigable.shape
+    last = 0.0
+    for k in range(n):
+        t = k / (n - 1)
+        r = int(math.floor((az + t * dz - z0) / cell))
+        c = int(math.floor((ax + t * dx - x0) / cell))
+        if r < 0 or r >= nz or c < 0 or c >= nx or not navigable[r, c]:
+            return last
+        last = t
+    return 1.0
 
 
 @dataclass(frozen=True)
@@ -189,12 +207,8 @@ class NavGrid:
 
     def line_of_sight(self, a: Sequence[float], b: Sequence[float]) -> bool:
         """Whether the straight segment a-b stays on navigable cells (sampled every half cell)."""
-        a, b = np.asarray(a, float), np.asarray(b, float)
-        length = math.hypot(b[0] - a[0], b[2] - a[2])
-        n = max(2, int(math.ceil(length / (0.5 * self.cell))) + 1)
-        t = np.linspace(0.0, 1.0, n)
-        xz = np.stack([a[0] + t * (b[0] - a[0]), a[2] + t * (b[2] - a[2])], axis=-1)
-        return bool(np.all(self.navigable_points(xz)))
+        d = (b[0] - a[0], b[2] - a[2])
+        return _free_fraction(self.navigable, self.x0, self.z0, self.cell, a[0], a[2], d[0], d[1], 0.5 * self.cell) >= 1.0
 
     def shortest_path(self, a: Sequence[float], b: Sequence[float]) -> list[np.ndarray]:
         """Waypoints from ``a`` to ``b`` (descent on b's field, then string-pulled); [] if none."""
@@ -232,16 +246,9 @@ class NavGrid:
     # ------------------------------------------------------------------ motion
     def _last_free_fraction(self, a: np.ndarray, d: np.ndarray) -> float:
         """Largest t in [0, 1] with a + s d navigable for all s <= t (sampled every 5 mm)."""
-        length = math.hypot(d[0], d[2])
-        if length == 0:
+        if d[0] == 0 and d[2] == 0:
             return 1.0
-        n = max(2, int(math.ceil(length / 0.005)) + 1)
-        t = np.linspace(0.0, 1.0, n)
-        ok = self.navigable_points(np.stack([a[0] + t * d[0], a[2] + t * d[2]], axis=-1))
-        if ok.all():
-            return 1.0
-        first_bad = int(np.argmin(ok))
-        return float(t[max(first_bad - 1, 0)])
+        return _free_fraction(self.navigable, self.x0, self.z0, self.cell, a[0], a[2], d[0], d[2], 0.005)
 
     def obstacle_normal(self, p: np.ndarray) -> np.ndarray:
         """Unit (x, z) direction pointing away from the nearest obstacle."""

@@ -191,7 +191,8 @@ class ModernGLRenderer:
 
         self.mesh = mesh
         self.ctx = moderngl.create_standalone_context(backend=backend)
-        self.ctx.enable(moderngl.DEPTH_TEST)
+        # every mesh is a union of closed, outward-facing boxes seen from outside: cull back faces
+        self.ctx.enable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
         self.prog = self.ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
         self.prog["u_light"].value = tuple(float(v) for v in LIGHT_DIR)
         inst = mesh.vertex_instance().astype(np.uint32)
@@ -236,8 +237,8 @@ class ModernGLRenderer:
         out = RenderOutput()
         w, h = camera.width, camera.height
         if rgb:
-            raw = fbo.read(components=3, attachment=0, dtype="f1")
-            out.rgb = np.frombuffer(raw, np.uint8).reshape(h, w, 3)[::-1].copy()
+            raw = fbo.read(components=4, attachment=0, dtype="f1")  # RGBA is the driver's fast path
+            out.rgb = np.frombuffer(raw, np.uint8).reshape(h, w, 4)[::-1, :, :3].copy()
         if depth:
             raw = fbo.read(components=1, attachment=1, dtype="f4")
             out.depth = np.frombuffer(raw, np.float32).reshape(h, w)[::-1].copy()

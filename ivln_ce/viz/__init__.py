@@ -1,0 +1,1 @@
+"""Pictures: scenes from above and from the agent, maps, tours."""

@@ -1,0 +1,110 @@
+"""Images of generated scenes: a labelled top-down plan and RGB / depth / semantic panels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ivln_ce.scenes.categories import CLASS_COLORS, CLASS_NAMES
+from ivln_ce.scenes.layout import HouseLayout
+from ivln_ce.sim.base import Observations
+from ivln_ce.sim.navigation import NavGrid
+
+ROOM_TINTS = {
+    "living room": (250, 240, 220),
+    "family room": (245, 235, 215),
+    "kitchen": (230, 245, 250),
+    "dining room": (240, 250, 235),
+    "bedroom": (235, 235, 250),
+    "bathroom": (225, 245, 245),
+    "office": (250, 235, 240),
+    "hallway": (238, 238, 238),
+}
+
+
+def save_image(path: str | Path, rgb: np.ndarray) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(path), rgb[:, :, ::-1]):
+        raise OSError(f"could not write image {path}")
+    return path
+
+
+def topdown_image(layout: HouseLayout, nav: NavGrid | None = None, px_per_m: float = 40.0, agent=None) -> np.ndarray:
+    """Plan view: rooms (tinted, named), objects by map class (labelled), navigable cells."""
+    (x0, z0), (x1, z1) = layout.bounds
+    pad = 0.6
+    w = int((x1 - x0 + 2 * pad) * px_per_m)
+    h = int((z1 - z0 + 2 * pad) * px_per_m)
+    img = np.full((h, w, 3), 255, np.uint8)
+
+    def px(x, z):
+        return int(round((x - x0 + pad) * px_per_m)), int(round((z - z0 + pad) * px_per_m))
+
+    for r in layout.rooms:
+        cv2.rectangle(img, px(*r.lo), px(*r.hi), ROOM_TINTS.get(r.type, (240, 240, 240)), -1)
+    if nav is not None:
+        zz, xx = np.nonzero(nav.navigable)
+        cx = ((nav.x0 + (xx + 0.5) * nav.cell - x0 + pad) * px_per_m).astype(int)
+        cz = ((nav.z0 + (zz + 0.5) * nav.cell - z0 + pad) * px_per_m).astype(int)
+        ok = (cx >= 0) & (cx < w) & (cz >= 0) & (cz < h)
+        overlay = img.copy()
+        overlay[cz[ok], cx[ok]] = (150, 210, 150)
+        img = cv2.addWeighted(overlay, 0.5, img, 0.5, 0)
+    labels = []
+    for o in sorted(layout.objects, key=lambda o: max(b.hi[1] for b in o.boxes)):
+        if o.category in ("floor", "ceiling"):
+            continue
+        color = (90, 90, 90) if o.category == "wall" else CLASS_COLORS[o.class_id]
+        for b in o.boxes:
+            cv2.rectangle(img, px(b.lo[0], b.lo[2]), px(b.hi[0], b.hi[2]), color, -1)
+        if o.class_id:
+            lo = np.min([b.lo for b in o.boxes], axis=0)
+            hi = np.max([b.hi for b in o.boxes], axis=0)
+            labels.append((CLASS_NAMES[o.class_id], px(0.5 * (lo[0] + hi[0]), 0.5 * (lo[2] + hi[2]))))
+    for r in layout.rooms:
+        cx, cz = px(*r.center)
+        cv2.putText(img, r.type, (cx - 4 * len(r.type), cz), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (60, 60, 60), 1, cv2.LINE_AA)
+    for name, (cx, cz) in labels:
+        cv2.putText(img, name, (cx - 3 * len(name), cz + 4), cv2.FONT_HERSHEY_PLAIN, 0.8, (0, 0, 0), 1, cv2.LINE_AA)
+    if agent is not None:
+        pos, heading = agent
+        ax, az = px(pos[0], pos[2])
+        tip = px(pos[0] - 0.5 * np.sin(heading), pos[2] - 0.5 * np.cos(heading))
+        cv2.circle(img, (ax, az), 6, (220, 0, 0), -1)
+        cv2.arrowedLine(img, (ax, az), tip, (220, 0, 0), 2, tipLength=0.4)
+    return img
+
+
+def semantic_image(classes: np.ndarray) -> np.ndarray:
+    return np.asarray(CLASS_COLORS, dtype=np.uint8)[classes]
+
+
+def depth_image(depth01: np.ndarray) -> np.ndarray:
+    d = (np.clip(depth01[..., 0], 0, 1) * 255).astype(np.uint8)
+    colored = cv2.applyColorMap(d, cv2.COLORMAP_VIRIDIS)[:, :, ::-1].copy()
+    colored[depth01[..., 0] == 0] = 0
+    return colored
+
+
+def legend(height: int) -> np.ndarray:
+    img = np.full((height, 170, 3), 255, np.uint8)
+    step = max(14, min(20, height // len(CLASS_NAMES)))
+    for i, name in enumerate(CLASS_NAMES):
+        y = 6 + i * step
+        cv2.rectangle(img, (6, y), (20, y + step - 5), CLASS_COLORS[i], -1)
+        cv2.putText(img, f"{i} {name}", (26, y + step - 7), cv2.FONT_HERSHEY_PLAIN, 0.9, (0, 0, 0), 1, cv2.LINE_AA)
+    return img
+
+
+def panels(obs: Observations, size: int = 256) -> np.ndarray:
+    """RGB | depth | semantic (13 classes) side by side, with a class legend."""
+    tiles = []
+    for img in (obs.rgb, None if obs.depth is None else depth_image(obs.depth), None if obs.semantic12 is None else semantic_image(obs.semantic12)):
+        if img is not None:
+            tiles.append(cv2.resize(img, (size, size), interpolation=cv2.INTER_NEAREST))
+    tiles.append(legend(size))
+    return np.concatenate(tiles, axis=1)
+
