@@ -155,6 +155,53 @@ def cmd_scene_topdown(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_synth(args: argparse.Namespace) -> int:
+    from ivln_ce.benchmark.synthetic import build_synthetic
+
+    m = build_synthetic(args.preset, args.out, seed=args.seed, workers=args.workers)
+    eps = ", ".join(f"{k} {v}" for k, v in m["episodes"].items())
+    print(f"{args.out}: preset {m['preset']} (seed {m['seed']}), episodes: {eps}; built in {m['build_seconds']} s")
+    return 0
+
+
+def cmd_data_tours(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ivln_ce.benchmark.tours import distance_provider
+    from ivln_ce.data.episodes import load_episodes
+    from ivln_ce.data.tour_generation import generate_tours, tour_statistics
+    from ivln_ce.data.tours import write_tours
+
+    ds = load_episodes(args.episodes)
+    split = args.split or Path(args.episodes).name.split(".")[0]
+    distances = distance_provider(ds, args.distance, args.scenes_dir, args.max_dy)
+    gen = generate_tours(ds, distances, split, seed=args.seed, solver=args.solver,
+                         progress=lambda it: tqdm(it, desc="scenes", unit="scene"))
+    if hasattr(distances, "close"):
+        distances.close()
+    write_tours(args.out, {split: gen.to_json_split()})
+    s = tour_statistics(gen.tours, len(ds))
+    print(f"{args.out}: split {split}: {s['tours']} tours over {s['scenes']} scenes, {s['episodes']} episodes; "
+          f"length mean {s['mean_length']:.1f}, min {s['min_length']}, max {s['max_length']}, SD {s['sd_length']:.1f} "
+          f"({args.distance} distance{'' if args.distance == 'geodesic' else f', |dy| < {args.max_dy} m'})")
+    return 0
+
+
+def cmd_data_stats(args: argparse.Namespace) -> int:
+    from ivln_ce.benchmark.tours import dataset_statistics, format_statistics
+    from ivln_ce.data.episodes import load_episodes
+    from ivln_ce.data.tours import load_tours
+
+    ds = load_episodes(args.episodes)
+    split = args.split or Path(args.episodes).name.split(".")[0]
+    stats = dataset_statistics(ds, load_tours(args.tours, split))
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        print(format_statistics(split, stats))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = REPO_ROOT / "scripts" / f"bench_{args.name}.py"
     if not script.exists():
@@ -231,6 +278,29 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--out", required=True, help="PNG to write")
     st.add_argument("--scale", type=float, default=40.0, help="pixels per metre")
     st.set_defaults(func=cmd_scene_topdown)
+
+    dsy = dsub.add_parser("synth", help="build the synthetic IR2R-CE benchmark (resumable)")
+    dsy.add_argument("--preset", choices=["tiny", "small", "default"], default="tiny")
+    dsy.add_argument("--out", required=True, help="output folder (scenes, episodes, tours, targets)")
+    dsy.add_argument("--seed", type=int, default=0)
+    dsy.add_argument("--workers", type=int, default=1, help="processes building houses in parallel")
+    dsy.set_defaults(func=cmd_data_synth)
+    dto = dsub.add_parser("tours", help="generate tours.json for an episode file")
+    dto.add_argument("--episodes", required=True)
+    dto.add_argument("--distance", choices=["geodesic", "euclidean"], required=True)
+    dto.add_argument("--scenes-dir", help="scenes for geodesic distances (embedded .glb or MP3D with habitat)")
+    dto.add_argument("--max-dy", type=float, default=0.5, help="euclidean: max height difference of one floor (m)")
+    dto.add_argument("--split", help="split name in the output (default: from the file name)")
+    dto.add_argument("--seed", type=int, default=0)
+    dto.add_argument("--solver", choices=["ortools", "heuristic"], default="ortools")
+    dto.add_argument("--out", required=True, help="tours.json to write")
+    dto.set_defaults(func=cmd_data_tours)
+    dst = dsub.add_parser("stats", help="Table-1 statistics of a split's tours and episodes")
+    dst.add_argument("--episodes", required=True)
+    dst.add_argument("--tours", required=True)
+    dst.add_argument("--split", help="split of tours.json (default: from the episode file name)")
+    dst.add_argument("--json", action="store_true")
+    dst.set_defaults(func=cmd_data_stats)
 
     b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
     b.add_argument("name")

@@ -119,6 +119,35 @@ class SimulatorConfig:
 
 
 @dataclass
+class EnvConfig:
+    """The iterative tour runner (SPEC §3). Each switch documents its official value."""
+
+    #: agent actions per episode, STOP included (official 500)
+    max_agent_steps: int = 500
+    #: oracle walks between episodes; false teleports to the next start (official: false only
+    #: for latent tour-model training)
+    oracle_phases: bool = True
+    oracle_goal_phase: bool = True
+    #: the oracle's goal radius: 0.25 m as published (defect R1); the paper says 0.5 m
+    oracle_goal_radius: float = 0.25
+    #: oracle steps per phase before it counts as failed and teleports; -1 = unlimited
+    #: (official 1000 at evaluation)
+    oracle_step_limit: int = 1000
+    #: snap exactly onto the start pose after oracle_start (official false; M11)
+    precise_episode_start: bool = False
+    #: official true (R2): the reset observation is rendered at the next nominal start while
+    #: the agent stands at the previous goal; false renders at the true pose
+    reset_obs_at_nominal_start: bool = False
+    #: official true (R4): after a teleport the step's observation is not re-rendered
+    stale_obs_after_teleport: bool = False
+    #: official false (M10): log the pose after the last action of a timed-out episode
+    log_final_pose_on_timeout: bool = True
+    #: official true (R3): every oracle pose is queried twice, which disables the oracle's
+    #: thrashing suppression; false queries once with working suppression
+    oracle_double_query: bool = False
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "default"
     seed: int = 100
@@ -126,6 +155,7 @@ class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
 
 
 # --------------------------------------------------------------------------- key checking

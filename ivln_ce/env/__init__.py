@@ -1,0 +1,1 @@
+"""The iterative paradigm: tours, phases, oracle walks, memory signals, path logs, measures."""
