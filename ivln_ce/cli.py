@@ -25,14 +25,13 @@ class UsageError(Exception):
 def cmd_demo(args: argparse.Namespace) -> int:
     from ivln_ce.evaluation.demo import format_table, run_demo
 
-    out = Path(args.out)
-    print(f"ivln-ce demo: generating {args.tours} example tours and scoring 4 reference agents -> {out}/")
-    rows = run_demo(out, seed=args.seed, num_tours=args.tours)
+    data, results = Path(args.data), Path(args.out)
+    print(f"ivln-ce demo: tiny synthetic benchmark in {data}/ (built if missing), reference agents on val_unseen -> {results}/")
+    rows = run_demo(data, results, seed=args.seed, workers=args.workers)
     print(format_table(rows))
-    print(
-        "\nTL/NE in metres, the rest x100. Score any log yourself, e.g.:\n"
-        f"  ivln-ce score --gt {out / 'gt_ndtw.json'} --agent {rows[1].agent_file} --split val_unseen --per-tour"
-    )
+    print(f"\nTL/NE in metres, the rest x100. Pictures: {results}/tour_<agent>.png (agent, oracle and reference paths), "
+          f"{results}/view.png (RGB | depth | semantics).\nRe-score a log: ivln-ce score --gt {data / 'gt_ndtw.json'} "
+          f"--agent {results / 'dtw_data_ckpt_random_val_unseen.json'} --split val_unseen --per-tour")
     return 0
 
 
@@ -62,6 +61,20 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(json.dumps(score_report(result, req, resolved(cfg)), indent=2))
     else:
         print(format_score_text(result, req, args.per_tour))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ivln_ce.evaluation.evaluator import evaluate, summary_row
+
+    cfg = load_config(args.config, args.overrides)
+    summary = evaluate(cfg)
+    if summary is None:  # a non-zero torchrun rank
+        return 0
+    row = summary_row(summary)
+    print(f"{summary['agent']} on {summary['split']}: {summary['num_tours']} tours, {summary['num_episodes']} episodes, "
+          f"{summary['teleports']} teleports -> {cfg.results_dir}")
+    print("  ".join(f"{k} {v:.2f}" for k, v in row.items()))
     return 0
 
 
@@ -220,10 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"ivln-ce {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("demo", help="run the metric suite end to end on a generated example")
-    d.add_argument("--out", default="data/demo", help="output folder (default: data/demo)")
+    d = sub.add_parser("demo", help="build the tiny benchmark and evaluate the reference agents")
+    d.add_argument("--data", default="data/synthetic_tiny", help="benchmark folder (built if missing)")
+    d.add_argument("--out", default="results/demo", help="results and pictures")
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--tours", type=int, default=6, help="number of example tours")
+    d.add_argument("--workers", type=int, default=1)
     d.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("score", help="t-nDTW of an agent path log against target tour paths")
@@ -238,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default=None, help="YAML config (metrics.tndtw.* is used)")
     s.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. metrics.tndtw.d_th=3.0")
     s.set_defaults(func=cmd_score)
+
+    ev = sub.add_parser("eval", help="evaluate an agent on every tour of a split (resumable, parallel)")
+    ev.add_argument("--config", required=True, help="YAML config, e.g. configs/2_eval_iterative/reference_agents.yaml")
+    ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.agent=random eval.workers=2")
+    ev.set_defaults(func=cmd_eval)
 
     c = sub.add_parser("config", help="inspect configs")
     csub = c.add_subparsers(dest="config_command", required=True)

@@ -1,7 +1,7 @@
 """The iterative tour environment (SPEC §3): phases, oracle walks, memory signals, path log.
 
-One Gymnasium episode is one tour. ``reset`` starts a tour (the next one, or
-``options={"tour": i}``) at its first episode's start; ``step(action)`` runs one step of
+One Gymnasium episode is one tour. ``reset`` starts a tour (the next one; the first one
+when seeded; or ``options={"tour": i}``) at its first episode's start; ``step(action)`` runs one step of
 the phase machine ``agent -> oracle_goal -> oracle_start -> agent``:
 
 * ``agent``: the action is executed, measures update, the step counter counts it (STOP
@@ -244,6 +244,8 @@ class TourEnv(gym.Env):
         super().reset(seed=seed)
         if options and "tour" in options:
             self._tour_index = int(options["tour"]) % len(self.tours)
+        elif seed is not None:  # seeding restarts the tour sequence (deterministic)
+            self._tour_index = 0
         else:
             self._tour_index = (self._tour_index + 1) % len(self.tours)
         self._ep_index = 0

@@ -23,7 +23,7 @@ from ivln_ce.sim.follower import FollowerError
 class Agent(Protocol):
     name: str
 
-    def reset_memory(self, tour_start: bool, episode_start: bool) -> None: ...
+    def reset_memory(self, tour_start: bool, episode_start: bool, tour_id: str | None = None) -> None: ...
 
     def act(self, observations: dict[str, Any], info: dict[str, Any]) -> int: ...
 
@@ -31,7 +31,7 @@ class Agent(Protocol):
 class StopAgent:
     name = "stop"
 
-    def reset_memory(self, tour_start: bool, episode_start: bool) -> None:
+    def reset_memory(self, tour_start: bool, episode_start: bool, tour_id: str | None = None) -> None:
         pass
 
     def act(self, observations, info) -> int:
@@ -47,7 +47,7 @@ class ForwardAgent:
         self.steps = steps
         self._count = 0
 
-    def reset_memory(self, tour_start: bool, episode_start: bool) -> None:
+    def reset_memory(self, tour_start: bool, episode_start: bool, tour_id: str | None = None) -> None:
         if episode_start:
             self._count = 0
 
@@ -59,16 +59,22 @@ class ForwardAgent:
 
 
 class RandomAgent:
-    """Forward with probability 0.6, turns otherwise, STOP with probability ``p_stop`` per step."""
+    """Forward with probability 0.6, turns otherwise, STOP with probability ``p_stop`` per step.
+
+    Re-seeded at every tour from (seed, tour id), so results do not depend on which worker
+    runs which tour."""
 
     name = "random"
 
     def __init__(self, seed: int = 0, p_stop: float = 0.02):
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.p_stop = p_stop
 
-    def reset_memory(self, tour_start: bool, episode_start: bool) -> None:
-        pass
+    def reset_memory(self, tour_start: bool, episode_start: bool, tour_id: str | None = None) -> None:
+        if tour_start:
+            key = int(tour_id) if tour_id is not None and str(tour_id).isdigit() else 0
+            self.rng = np.random.default_rng([self.seed, key])
 
     def act(self, observations, info) -> int:
         if not info.get("produce_action"):
@@ -87,7 +93,7 @@ class OracleAgent:
         self.env = env
         self.follower = env.sim.make_follower(goal_radius)
 
-    def reset_memory(self, tour_start: bool, episode_start: bool) -> None:
+    def reset_memory(self, tour_start: bool, episode_start: bool, tour_id: str | None = None) -> None:
         if tour_start:
             self.follower.reset()
 
@@ -119,12 +125,12 @@ def make_agent(name: str, env, seed: int = 0) -> Agent:
 def run_tour(env, agent: Agent, tour: int | None = None) -> list[dict]:
     """Run one tour to the end; returns the ``info`` of every step (metrics, paths, flags)."""
     obs, info = env.reset(options={"tour": tour} if tour is not None else None)
-    agent.reset_memory(True, True)
+    agent.reset_memory(True, True, info["tour_id"])
     infos = [info]
     done = False
     while not done:
         action = agent.act(obs, info)
         obs, _, done, _, info = env.step(action)
-        agent.reset_memory(False, bool(info.get("episode_start")))
+        agent.reset_memory(False, bool(info.get("episode_start")), info["tour_id"])
         infos.append(info)
     return infos

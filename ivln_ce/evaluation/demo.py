@@ -1,73 +1,75 @@
-"""``ivln-ce demo``: the metric suite end to end on a generated tour example.
+"""``ivln-ce demo``: the benchmark end to end on a fresh machine.
 
-Writes a ``gt_ndtw.json``-layout target file and one official-layout agent path log per
-reference agent, scores each log with both t-nDTW variants through the same code path as
-``ivln-ce score``, and prints a results table with the episodic means.
+Builds the ``tiny`` synthetic benchmark if it is missing, evaluates the reference agents on
+``val_unseen`` with the tour evaluator (oracle phases, path logs, t-nDTW against the target
+tour paths), prints the paper's results table, and writes pictures: a top-down image of one
+tour per agent (agent, oracle and reference paths) and the RGB / depth / semantic view of the
+first episode's start.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ivln_ce.data.targets import write_agent_paths, write_target_paths
-from ivln_ce.evaluation.example import AGENT_KINDS, agent_episode_path, make_tours, tour_log
-from ivln_ce.evaluation.scoring import ScoreRequest, score_files
-from ivln_ce.metrics.episode import episode_metrics
+from ivln_ce.benchmark.synthetic import SCENE_DIR, build_synthetic
+from ivln_ce.config import load_config
+from ivln_ce.data.episodes import load_episodes
+from ivln_ce.data.targets import iter_target_paths, load_agent_paths
+from ivln_ce.evaluation.agents import AGENTS
+from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, summary_row
+from ivln_ce.scenes.mesh import load_scene
+from ivln_ce.sim.embedded import EmbeddedSimulator
+from ivln_ce.viz.scenes import panels, save_image
+from ivln_ce.viz.tours import tour_image
 
-SPLIT = "val_unseen"
-COLUMNS = ("TL", "NE", "OS", "nDTW", "SR", "SPL", "CLS", "t-nDTW", "t-nDTW(paper)")
-
-
-@dataclass
-class DemoRow:
-    agent: str
-    values: dict[str, float]
-    agent_file: Path
+COLUMNS = ("TL", "NE", "OS", "nDTW", "SR", "SPL", "t-nDTW", "t-nDTW(paper)")
 
 
-def run_demo(out_dir: str | Path, seed: int = 0, num_tours: int = 6, show_progress: bool = False) -> list[DemoRow]:
-    out = Path(out_dir)
-    rng = np.random.default_rng(seed)
-    tours = make_tours(rng, num_tours=num_tours)
-    gt_file = out / "gt_ndtw.json"
-    expert_logs = {t.tour_id: tour_log(t, [agent_episode_path("expert", e, rng) for e in t.episodes]) for t in tours}
-    write_target_paths(gt_file, {SPLIT: expert_logs})
+def run_demo(data_dir: str | Path, results_dir: str | Path, seed: int = 0, workers: int = 1, progress: bool = True) -> list[tuple[str, dict]]:
+    data_dir, results_dir = Path(data_dir), Path(results_dir)
+    build_synthetic("tiny", data_dir, seed=seed, progress=progress)
     rows = []
-    for kind in AGENT_KINDS:
-        logs, per_episode = {}, []
-        for t in tours:
-            paths = [agent_episode_path(kind, e, rng) for e in t.episodes]
-            logs[t.tour_id] = tour_log(t, paths)
-            for e, p in zip(t.episodes, paths):
-                per_episode.append(
-                    episode_metrics(p, e.reference, e.goal, stopped=True, steps_taken=len(p)).as_dict()
-                )
-        agent_file = out / f"dtw_data_{kind}_{SPLIT}.json"
-        write_agent_paths(agent_file, logs)
-        mean = {k: float(np.mean([m[k] for m in per_episode])) for k in per_episode[0]}
-        official = score_files(ScoreRequest(gt_file, agent_file, SPLIT, "official"), show_progress)
-        paper = score_files(ScoreRequest(gt_file, agent_file, SPLIT, "paper"), show_progress)
-        values = {
-            "TL": mean["path_length"],
-            "NE": mean["distance_to_goal"],
-            "OS": 100 * mean["oracle_success"],
-            "nDTW": 100 * mean["ndtw"],
-            "SR": 100 * mean["success"],
-            "SPL": 100 * mean["spl"],
-            "CLS": 100 * mean["cls"],
-            "t-nDTW": official.tndtw_100,
-            "t-nDTW(paper)": paper.tndtw_100,
-        }
-        rows.append(DemoRow(kind, values, agent_file))
+    for agent in AGENTS:
+        cfg = load_config(
+            None,
+            [f"data.root={data_dir}", "data.split=val_unseen", f"eval.agent={agent}", f"eval.workers={workers}",
+             f"results_dir={results_dir}", "simulator.sensors=[]", f"seed={seed}"],
+        )
+        summary = evaluate(cfg)
+        rows.append((agent, summary_row(summary)))
+        _tour_picture(cfg, results_dir / f"tour_{agent}.png")
+    _first_view(data_dir, results_dir / "view.png")
     return rows
 
 
-def format_table(rows: list[DemoRow]) -> str:
-    head = f"{'agent':<14}" + "".join(f"{c:>15}" for c in COLUMNS)
+def _tour_picture(cfg, out: Path) -> None:
+    paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, cfg.eval.agent)
+    agent_paths = load_agent_paths(paths.output("dtw_data"))
+    tour_id = min(agent_paths, key=int)
+    targets = dict(iter_target_paths(cfg.data.target_paths, cfg.eval.split))
+    ds = load_episodes(cfg.data.episodes.replace("{split}", cfg.eval.split))
+    agent = agent_paths[tour_id]
+    scene = load_scene(Path(cfg.data.scenes_dir) / ds[agent.episode_ids[0]].scene_id)
+    goals = {eid: np.asarray(ds[eid].goal_position) for eid in agent.episode_ids}
+    save_image(out, tour_image(scene.layout, agent, targets.get(tour_id), goals, title=f"{cfg.eval.agent}: tour {tour_id}"))
+
+
+def _first_view(data_dir: Path, out: Path) -> None:
+    ds = load_episodes(data_dir / "datasets/R2R_VLNCE_v1-3_preprocessed/val_unseen/val_unseen.json.gz")
+    ep = ds.episodes[0]
+    cfg = load_config(None, ["simulator.renderer=auto"]).simulator
+    sim = EmbeddedSimulator(cfg)
+    sim.load_scene(str(data_dir / SCENE_DIR / ep.scene_id))
+    sim.set_agent_state(ep.start_position, ep.start_heading)
+    save_image(out, panels(sim.get_observations()))
+    sim.close()
+
+
+def format_table(rows: list[tuple[str, dict]]) -> str:
+    head = f"{'agent':<10}" + "".join(f"{c:>15}" for c in COLUMNS)
     lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r.agent:<14}" + "".join(f"{r.values[c]:>15.2f}" for c in COLUMNS))
+    for name, r in rows:
+        lines.append(f"{name:<10}" + "".join(f"{r[c]:>15.2f}" for c in COLUMNS))
     return "\n".join(lines)

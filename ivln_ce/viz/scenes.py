@@ -32,16 +32,24 @@ def save_image(path: str | Path, rgb: np.ndarray) -> Path:
     return path
 
 
+class PlanFrame:
+    """World (x, z) -> pixel (col, row) of a plan view of ``layout``."""
+
+    def __init__(self, layout: HouseLayout, px_per_m: float, pad: float = 0.6):
+        (self.x0, self.z0), (x1, z1) = layout.bounds
+        self.scale, self.pad = px_per_m, pad
+        self.size = (int((x1 - self.x0 + 2 * pad) * px_per_m), int((z1 - self.z0 + 2 * pad) * px_per_m))
+
+    def __call__(self, x: float, z: float) -> tuple[int, int]:
+        return int(round((x - self.x0 + self.pad) * self.scale)), int(round((z - self.z0 + self.pad) * self.scale))
+
+
 def topdown_image(layout: HouseLayout, nav: NavGrid | None = None, px_per_m: float = 40.0, agent=None) -> np.ndarray:
     """Plan view: rooms (tinted, named), objects by map class (labelled), navigable cells."""
-    (x0, z0), (x1, z1) = layout.bounds
-    pad = 0.6
-    w = int((x1 - x0 + 2 * pad) * px_per_m)
-    h = int((z1 - z0 + 2 * pad) * px_per_m)
+    px = PlanFrame(layout, px_per_m)
+    (x0, z0), pad = (px.x0, px.z0), px.pad
+    w, h = px.size
     img = np.full((h, w, 3), 255, np.uint8)
-
-    def px(x, z):
-        return int(round((x - x0 + pad) * px_per_m)), int(round((z - z0 + pad) * px_per_m))
 
     for r in layout.rooms:
         cv2.rectangle(img, px(*r.lo), px(*r.hi), ROOM_TINTS.get(r.type, (240, 240, 240)), -1)

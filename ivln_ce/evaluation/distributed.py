@@ -1,0 +1,26 @@
+"""torch.distributed set-up for ``torchrun`` evaluation (gloo on CPU, nccl on GPU)."""
+
+from __future__ import annotations
+
+import os
+
+
+def init(rank: int, world_size: int, init_method: str | None = None) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    backend = "nccl" if torch.cuda.is_available() and os.environ.get("IVLN_DIST_BACKEND", "") != "gloo" else "gloo"
+    if init_method is None and "MASTER_ADDR" not in os.environ:
+        raise RuntimeError("torch.distributed needs MASTER_ADDR/MASTER_PORT (start with torchrun) or an init_method")
+    dist.init_process_group(backend, rank=rank, world_size=world_size, init_method=init_method)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()

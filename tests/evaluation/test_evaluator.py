@@ -1,0 +1,89 @@
+import json
+import os
+import shutil
+import socket
+
+import pytest
+
+from ivln_ce.cli import main
+from ivln_ce.config import load_config
+from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, load_split, run_worker
+
+
+def eval_cfg(data, results, *extra):
+    return load_config(None, [f"data.root={data}", "data.split=val_unseen", f"results_dir={results}", "simulator.sensors=[]", *extra])
+
+
+def outputs(results, label):
+    paths = EvalPaths(results, "val_unseen", label)
+    out = {}
+    for kind in ("iterative_stats", "iterative_all_stats", "dtw_data", "tours"):
+        data = json.loads(paths.output(kind).read_text())
+        if kind == "iterative_stats":
+            data.pop("config")
+        out[kind] = data
+    return out
+
+
+@pytest.fixture(scope="module")
+def oracle_run(tiny_benchmark, tmp_path_factory):
+    results = tmp_path_factory.mktemp("oracle")
+    summary = evaluate(eval_cfg(tiny_benchmark, results, "eval.agent=oracle"))
+    return results, summary
+
+
+def test_oracle_is_the_upper_bound_and_random_scores_low(tiny_benchmark, oracle_run, tmp_path):
+    _, summary = oracle_run
+    assert summary["success"] == 1.0
+    assert summary["tndtw"] >= 0.95 and summary["tndtw_paper"] >= 0.95
+    rnd = evaluate(eval_cfg(tiny_benchmark, tmp_path, "eval.agent=random"))
+    assert rnd["success"] < 0.3 and rnd["tndtw"] < 0.6
+    assert summary["config"]["eval"]["agent"] == "oracle"  # results carry the resolved config
+
+
+def test_path_log_scores_identically_through_ivln_ce_score(tiny_benchmark, oracle_run, tmp_path, capsys):
+    results, _ = oracle_run
+    rnd = evaluate(eval_cfg(tiny_benchmark, tmp_path, "eval.agent=forward"))
+    log = EvalPaths(tmp_path, "val_unseen", "forward").output("dtw_data")
+    assert main(["score", "--gt", str(tiny_benchmark / "gt_ndtw.json"), "--agent", str(log), "--split", "val_unseen", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tndtw"] == pytest.approx(100 * rnd["tndtw"], abs=1e-9)
+
+
+def test_kill_and_resume_gives_identical_results(tiny_benchmark, tmp_path):
+    full = tmp_path / "full"
+    evaluate(eval_cfg(tiny_benchmark, full, "eval.agent=random"))
+    # a run killed after two tours: only their per-tour files exist, no outputs
+    killed = tmp_path / "killed"
+    cfg = eval_cfg(tiny_benchmark, killed, "eval.agent=random")
+    items, _, _ = load_split(cfg)
+    run_worker(cfg, [0, 3])
+    assert len(list(EvalPaths(killed, "val_unseen", "random").tour_dir.iterdir())) == 2
+    evaluate(cfg)
+    assert outputs(full, "random") == outputs(killed, "random")
+
+
+def test_two_local_workers_equal_one(tiny_benchmark, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    evaluate(eval_cfg(tiny_benchmark, one, "eval.agent=random", "eval.workers=1"))
+    evaluate(eval_cfg(tiny_benchmark, two, "eval.agent=random", "eval.workers=2"))
+    assert outputs(one, "random") == outputs(two, "random")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, world, data, results, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IVLN_DIST_BACKEND="gloo")
+    evaluate(eval_cfg(data, results, "eval.agent=random"), rank=rank, world_size=world)
+
+
+def test_two_process_torch_distributed_equals_single_process(tiny_benchmark, tmp_path):
+    mp = pytest.importorskip("torch.multiprocessing", reason="torch is needed for torch.distributed")
+    single, dist = tmp_path / "single", tmp_path / "dist"
+    evaluate(eval_cfg(tiny_benchmark, single, "eval.agent=random"))
+    mp.spawn(_rank, args=(2, str(tiny_benchmark), str(dist), _free_port()), nprocs=2, join=True)
+    assert outputs(single, "random") == outputs(dist, "random")
