@@ -1,0 +1,1 @@
+"""Torch modules: encoders, the CMA family, MAP-CMA, RedNet, official weight loading."""

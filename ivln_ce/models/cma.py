@@ -1,0 +1,282 @@
+"""The CMA family (SPEC §8.2-8.5, §8.8): CMA, TourCMA, PoolCMA, PoolEndCMA.
+
+One network class covers the four variants (``variant``), with the official parameter names
+(``net.*`` and ``action_distribution.linear``) so official LatentCMA checkpoints load. The
+visual inputs are pluggable so ``map_cma.MapCMAPolicy`` reuses everything but the RGB branch.
+
+Recurrent state (N, L, 512): slot 0 = h1 (first GRU), slot 1 = h2 (second GRU), slot 2 = the
+PoolCMA tour memory M. Which mask resets which slot (1 = keep, 0 = reset; official):
+
+=========== ============== ============== ==========
+model       h1             h2             M
+=========== ============== ============== ==========
+CMA         agent          agent          -
+TourCMA     tour           tour (*)       -
+PoolCMA     agent          agent          tour
+PoolEndCMA  agent          agent          tour
+MAP-CMA     agent          agent          -
+=========== ============== ============== ==========
+
+(*) ``reset_state_gru_per_episode=True`` gives the paper's TourCMA (h2 resets per episode).
+The previous-action embedding index is (prev_action + 1) * agent_mask for every model.
+
+Two entry points share one per-step function, so they agree exactly: ``act`` (batched,
+state keyed by stream id: reordering or pausing environments changes nothing; the
+instruction is encoded once per episode) and ``forward_sequence`` (T x N training input).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ivln_ce.models.encoders import DepthEncoder, InstructionEncoder, RGBEncoder
+
+HIDDEN = 512
+VARIANTS = ("cma", "tourcma", "poolcma", "poolendcma")
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
+    """q (N, d), k (N, d, S), v (N, e, S), mask (N, S) True = valid -> (N, e)."""
+    logits = torch.einsum("nd,nds->ns", q, k)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, -1e8)
+    w = torch.softmax(logits * scale, dim=1)
+    return torch.einsum("ns,nes->ne", w, v)
+
+
+class RNNStateEncoder(nn.Module):
+    """A single-layer GRU (``rnn``) with orthogonal weights and zero biases, reset by masks."""
+
+    def __init__(self, input_size: int, hidden_size: int = HIDDEN):
+        super().__init__()
+        self.rnn = nn.GRU(input_size, hidden_size)
+        for name, p in self.rnn.named_parameters():
+            if "weight" in name:
+                nn.init.orthogonal_(p)
+            else:
+                nn.init.zeros_(p)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One step: x (N, in), h (N, H), mask (N,) 1 keep / 0 reset -> new h (N, H)."""
+        h = h * mask[:, None]
+        out, _ = self.rnn(x[None], h[None].contiguous())
+        return out[0]
+
+
+class CategoricalHead(nn.Module):
+    def __init__(self, hidden: int = HIDDEN, actions: int = 4):
+        super().__init__()
+        self.linear = nn.Linear(hidden, actions)
+        nn.init.orthogonal_(self.linear.weight, gain=0.01)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+@dataclass
+class StepInputs:
+    """One step for N streams (all tensors batched along dim 0)."""
+
+    instruction: torch.Tensor  # (N, 256, L) encoded
+    instruction_mask: torch.Tensor  # (N, L) True = valid token
+    prev_actions: torch.Tensor  # (N,) long, -1 = none
+    agent_mask: torch.Tensor  # (N,) float 1 keep / 0 reset
+    tour_mask: torch.Tensor  # (N,)
+    visual: dict[str, torch.Tensor]  # encoder features by name
+
+
+class CMANet(nn.Module):
+    """The latent CMA network; subclasses replace the visual branch (see MAP-CMA)."""
+
+    def __init__(self, variant: str = "cma", vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50",
+                 rgb_depth: int = 50, reset_state_gru_per_episode: bool = False, bn_train_mode: bool = False):
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        self.variant = variant
+        self.pool = variant in ("poolcma", "poolendcma")
+        self.reset_state_gru_per_episode = reset_state_gru_per_episode
+        self.instruction_encoder = InstructionEncoder(vocab_size, embeddings=embeddings)
+        self.depth_encoder = DepthEncoder(depth_backbone)
+        self.prev_action_embedding = nn.Embedding(5, 32)
+        self.depth_linear = nn.Sequential(nn.Flatten(), nn.Linear(192 * 16, 128), nn.ReLU(True))
+        self._build_visual(rgb_depth, bn_train_mode)
+        gru1_in = self.visual_size + 128 + 32 + (HIDDEN if self.pool else 0)
+        self.state_encoder = RNNStateEncoder(gru1_in)
+        self.state_q = nn.Linear(HIDDEN, 256)
+        self.text_k = nn.Conv1d(256, 256, 1)
+        self.text_q = nn.Linear(256, 256)
+        self.register_buffer("_scale", torch.tensor(1.0 / math.sqrt(HIDDEN // 2)))
+        self.second_state_compress = nn.Sequential(nn.Linear(HIDDEN + 256 + self.visual_att_size + 128 + 32, HIDDEN), nn.ReLU(True))
+        self.second_state_encoder = RNNStateEncoder(HIDDEN)
+        if variant == "poolendcma":
+            self.out_layer = nn.Sequential(nn.Linear(2 * HIDDEN, HIDDEN), nn.ReLU(True))
+        self.progress_monitor = nn.Linear(HIDDEN, 1)
+        nn.init.kaiming_normal_(self.progress_monitor.weight, nonlinearity="tanh")
+        nn.init.zeros_(self.progress_monitor.bias)
+        self.num_recurrent_layers = 3 if self.pool else 2
+
+    # --- visual branch (RGB for the latent family) ---------------------------------
+    def _build_visual(self, rgb_depth: int, bn_train_mode: bool) -> None:
+        self.rgb_encoder = RGBEncoder(rgb_depth, bn_train_mode)
+        c = self.rgb_encoder.output_shape[0]
+        self.rgb_linear = nn.Sequential(nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(c, 256), nn.ReLU(True))
+        self.rgb_kv = nn.Conv1d(c, 512, 1)
+        self.depth_kv = nn.Conv1d(192, 384, 1)
+        self.visual_size = 256
+        self.visual_att_size = 256
+
+    def encode_visual(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        depth = self.depth_encoder(obs.get("depth"), obs.get("depth_features"))
+        rgb = self.rgb_encoder(obs.get("rgb"), obs.get("rgb_features"))
+        return {"depth": depth, "rgb": rgb}
+
+    def _visual_in(self, v: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [self.rgb_linear(v["rgb"]), self.depth_linear(v["depth"])]
+
+    def _visual_att(self, q2: torch.Tensor, v: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        rk, rv = self.rgb_kv(v["rgb"]).split([256, 256], dim=1)
+        dk, dv = self.depth_kv(v["depth"]).split([256, 128], dim=1)
+        return [attend(q2, rk, rv, None, self._scale), attend(q2, dk, dv, None, self._scale)]
+
+    # --- one step ---------------------------------------------------------------------
+    def step(self, x: StepInputs, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (features for the action head (N, 512), progress (N,), new state (N, L, 512))."""
+        am, tm = x.agent_mask.float(), x.tour_mask.float()
+        prev = self.prev_action_embedding(((x.prev_actions.long() + 1) * am.long()).clamp(min=0))
+        parts = self._visual_in(x.visual) + [prev]
+        new = h.clone()
+        if self.pool:
+            m = h[:, 2] * tm[:, None]
+            parts.append(m)
+        mask1 = tm if self.variant == "tourcma" else am
+        mask2 = am if (self.variant != "tourcma" or self.reset_state_gru_per_episode) else tm
+        h1 = self.state_encoder(torch.cat(parts, dim=1), h[:, 0], mask1)
+        text = attend(self.state_q(h1), self.text_k(x.instruction), x.instruction, x.instruction_mask, self._scale)
+        q2 = self.text_q(text)
+        feats = torch.cat([h1, text, *self._visual_att(q2, x.visual), prev], dim=1)
+        h2 = self.second_state_encoder(self.second_state_compress(feats), h[:, 1], mask2)
+        new[:, 0], new[:, 1] = h1, h2
+        out = h2
+        if self.pool:
+            with torch.no_grad():
+                new[:, 2] = torch.maximum(m, h1)
+            if self.variant == "poolendcma":
+                out = self.out_layer(torch.cat([h2, m], dim=1))
+        progress = torch.tanh(self.progress_monitor(h2)).squeeze(1)
+        return out, progress, new
+
+
+@dataclass
+class PolicyState:
+    """Per-stream memory: recurrent state, the encoded instruction, the previous action."""
+
+    hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # (L, 512)
+    instruction: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    prev_action: dict[str, int] = field(default_factory=dict)
+    encodings: int = 0  # instruction encodings performed (once per episode per stream)
+
+    def drop(self, stream_id: str) -> None:
+        """Forget a finished or paused stream."""
+        self.hidden.pop(stream_id, None)
+        self.instruction.pop(stream_id, None)
+        self.prev_action.pop(stream_id, None)
+
+
+class CMAPolicy(nn.Module):
+    """A CMA-family policy: ``net`` + ``action_distribution`` (official key layout)."""
+
+    net_class = CMANet
+
+    def __init__(self, **net_kwargs):
+        super().__init__()
+        self.net = self.net_class(**net_kwargs)
+        self.action_distribution = CategoricalHead()
+
+    @property
+    def num_recurrent_layers(self) -> int:
+        return self.net.num_recurrent_layers
+
+    def _pad_instructions(self, encoded: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        L = max(f.shape[1] for f, _ in encoded)
+        feats = torch.stack([F.pad(f, (0, L - f.shape[1])) for f, _ in encoded])
+        masks = torch.stack([F.pad(m, (0, L - m.shape[0])) for _, m in encoded])
+        return feats, masks
+
+    @torch.no_grad()
+    def act(
+        self,
+        observations: dict[str, torch.Tensor],
+        state: PolicyState,
+        stream_ids: Sequence[str],
+        episode_start: torch.Tensor,
+        tour_start: torch.Tensor,
+        deterministic: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, PolicyState]:
+        """Actions (N,) and progress (N,) for a batch of streams; ``state`` is updated in place.
+
+        ``episode_start`` (agent mask 0: first observation of an episode and every oracle
+        step) and ``tour_start`` (tour mask 0) are the environment's memory signals.
+        """
+        n = len(stream_ids)
+        L = self.num_recurrent_layers
+        device = next(self.parameters()).device
+        h = torch.stack([state.hidden.get(s, torch.zeros(L, HIDDEN, device=device)) for s in stream_ids])
+        need = [i for i, s in enumerate(stream_ids) if bool(episode_start[i]) or s not in state.instruction]
+        if need:
+            feats, mask = self.net.instruction_encoder(observations["instruction"][need])
+            for j, i in enumerate(need):
+                length = int(mask[j].sum())
+                state.instruction[stream_ids[i]] = (feats[j, :, :length], mask[j, :length])
+            state.encodings += len(need)
+        instr, instr_mask = self._pad_instructions([state.instruction[s] for s in stream_ids])
+        prev = torch.tensor([state.prev_action.get(s, -1) for s in stream_ids], device=device)
+        x = StepInputs(instr, instr_mask, prev, (~episode_start.bool()).float(), (~tour_start.bool()).float(), self.net.encode_visual(observations))
+        out, progress, new_h = self.net.step(x, h)
+        logits = self.action_distribution(out)
+        if deterministic:
+            actions = logits.argmax(dim=1)
+        else:
+            actions = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
+        for i, s in enumerate(stream_ids):
+            state.hidden[s] = new_h[i].detach()
+            state.prev_action[s] = int(actions[i])
+        return actions, progress, state
+
+    def forward_sequence(
+        self,
+        observations: dict[str, torch.Tensor],
+        prev_actions: torch.Tensor,
+        agent_masks: torch.Tensor,
+        tour_masks: torch.Tensor,
+        h0: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Training forward over (T, N, ...) inputs -> logits (T, N, 4), progress (T, N), h_T.
+
+        The instruction is encoded once per sequence (from t = 0); ``prev_actions`` holds the
+        action executed before each step (-1 where there is none).
+        """
+        T, N = prev_actions.shape
+        instr, instr_mask = self.net.instruction_encoder(observations["instruction"][0])
+        visual = self.net.encode_visual({k: v.flatten(0, 1) for k, v in observations.items() if k != "instruction"})
+        visual = {k: v.view(T, N, *v.shape[1:]) for k, v in visual.items()}
+        h = h0 if h0 is not None else torch.zeros(N, self.num_recurrent_layers, HIDDEN, device=prev_actions.device)
+        logits, progress = [], []
+        for t in range(T):
+            x = StepInputs(instr, instr_mask, prev_actions[t], agent_masks[t].float(), tour_masks[t].float(), {k: v[t] for k, v in visual.items()})
+            out, p, h = self.net.step(x, h)
+            logits.append(self.action_distribution(out))
+            progress.append(p)
+        return torch.stack(logits), torch.stack(progress), h
+
+
+def make_latent_policy(variant: str = "cma", **kwargs) -> CMAPolicy:
+    return CMAPolicy(variant=variant, **kwargs)
