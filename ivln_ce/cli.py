@@ -215,6 +215,20 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_rednet(args: argparse.Namespace) -> int:
+    from ivln_ce.scenes.categories import CLASS_NAMES
+    from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
+
+    cfg = RedNetTrainConfig(out=args.out, preset=args.preset, seed=args.seed, size=args.size, frames_per_house=args.frames_per_house,
+                            encoder_depth=args.encoder_depth, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                            max_train_houses=args.max_train_houses, max_eval_houses=args.max_eval_houses)
+    report = train_rednet(cfg, resume=not args.no_resume)
+    worst = sorted(((v, k) for k, v in report["per_class_iou"].items() if v is not None))[:3]
+    print(f"RedNet-{cfg.encoder_depth} on {report['train_frames']} frames: val_unseen mIoU {100 * report['miou']:.1f} "
+          f"(worst: {', '.join(f'{k} {100 * v:.1f}' for v, k in worst)}); report: {Path(args.out) / 'report.json'}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = REPO_ROOT / "scripts" / f"bench_{args.name}.py"
     if not script.exists():
@@ -320,6 +334,21 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument("--split", help="split of tours.json (default: from the episode file name)")
     dst.add_argument("--json", action="store_true")
     dst.set_defaults(func=cmd_data_stats)
+
+    tr = sub.add_parser("train-rednet", help="train RedNet on frames rendered from synthetic houses (resumable)")
+    tr.add_argument("--out", required=True, help="folder for cached frames, checkpoint.pt and report.json")
+    tr.add_argument("--preset", choices=["tiny", "small", "default"], default="small", help="whose houses to render")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--size", type=int, default=128)
+    tr.add_argument("--frames-per-house", type=int, default=60)
+    tr.add_argument("--encoder-depth", type=int, choices=[18, 34, 50], default=18)
+    tr.add_argument("--epochs", type=int, default=4)
+    tr.add_argument("--batch-size", type=int, default=8)
+    tr.add_argument("--lr", type=float, default=2e-4)
+    tr.add_argument("--max-train-houses", type=int, default=None)
+    tr.add_argument("--max-eval-houses", type=int, default=None)
+    tr.add_argument("--no-resume", action="store_true")
+    tr.set_defaults(func=cmd_train_rednet)
 
     b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
     b.add_argument("name")

@@ -1,0 +1,1 @@
+"""Training loops: RedNet (this package grows with teacher forcing and DAgger)."""
