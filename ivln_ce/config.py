@@ -148,6 +148,31 @@ class EnvConfig:
     oracle_double_query: bool = False
 
 
+class MapMode(str, enum.Enum):
+    episodic = "episodic"  # reset at each agent episode (and every oracle step), as the agent mask says
+    iterative = "iterative"  # reset at each tour; oracle walks included
+    known = "known"  # the precomputed scene map, loaded at each tour start
+
+
+class SemanticSource(str, enum.Enum):
+    gt = "gt"  # the simulator's 13-class labels
+    rednet = "rednet"  # a segmenter over RGB-D
+
+
+@dataclass
+class MappingConfig:
+    mode: MapMode = MapMode.iterative
+    semantics: SemanticSource = SemanticSource.gt
+    #: side of the square world grid kept per stream, centred where the stream starts (m)
+    world_extent: float = 60.0
+    world_cell: float = 0.05
+    map_size: int = 64
+    map_cell: float = 0.1
+    known_maps_dir: str = "${data.root}/known_maps"
+    #: save per-episode map images during evaluation
+    save_images: bool = False
+
+
 @dataclass
 class EvalConfig:
     #: the agent: a reference agent (oracle, random, forward, stop); policies come later
@@ -173,6 +198,7 @@ class ExperimentConfig:
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    mapping: MappingConfig = field(default_factory=MappingConfig)
 
 
 # --------------------------------------------------------------------------- key checking

@@ -146,7 +146,7 @@ def train_rednet(cfg: RedNetTrainConfig, resume: bool = True, log=print) -> dict
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
         miou, iou, conf = evaluate(model, held)
         history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)), "miou": miou})

@@ -1,0 +1,41 @@
+"""Depth -> world points with the official intrinsics, filters and frame (SPEC §6.2-6.4)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: capture filters: valid normalised depth, and the height band around the sensor
+DEPTH_MIN, DEPTH_MAX = 0.01, 0.99
+BAND_BELOW, BAND_ABOVE = 1.0, 0.5
+
+
+def official_intrinsics(width: int, height: int, hfov: float) -> tuple[float, float, float, float]:
+    """(fx, fy, cx, cy) as the official mapper computes them (exact for square images)."""
+    vfov = hfov * height / width
+    hfov2 = (width / height) * vfov
+    return width / (2 * math.tan(hfov2 / 2)), height / (2 * math.tan(vfov / 2)), width / 2.0, height / 2.0
+
+
+def unproject(depth: torch.Tensor, sensor: torch.Tensor, heading: torch.Tensor, hfov: float, max_depth: float = 10.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """depth (B, H, W) normalised, sensor (B, 3) world positions, heading (B,) -> points
+    (B, H*W, 3) in the world frame and a validity mask (B, H*W) (depth and height filters)."""
+    B, H, W = depth.shape
+    fx, fy, cx, cy = official_intrinsics(W, H, hfov)
+    dev = depth.device
+    u = (torch.arange(W, device=dev, dtype=torch.float32) + 0.5 - cx) / fx
+    v = (torch.arange(H, device=dev, dtype=torch.float32) + 0.5 - cy) / fy
+    d = depth.float() * max_depth
+    xc = d * u[None, None, :]
+    yc = d * v[None, :, None]
+    # R_x(pi): camera (x right, y down, z forward) -> (x, -y, -z) = (right, up, backward)
+    local = torch.stack([xc, -yc, -d], dim=-1).reshape(B, -1, 3)
+    c, s = torch.cos(heading.float()), torch.sin(heading.float())
+    x = c[:, None] * local[..., 0] + s[:, None] * local[..., 2]
+    z = -s[:, None] * local[..., 0] + c[:, None] * local[..., 2]
+    pts = torch.stack([x, local[..., 1], z], dim=-1) + sensor.float()[:, None, :]
+    dn = depth.reshape(B, -1)
+    sy = sensor[:, 1:2].float()
+    valid = (dn > DEPTH_MIN) & (dn < DEPTH_MAX) & (pts[..., 1] > sy - BAND_BELOW) & (pts[..., 1] < sy + BAND_ABOVE)
+    return pts, valid
