@@ -229,6 +229,18 @@ def cmd_train_rednet(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_viz_maps(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ivln_ce.viz.maps import render_map_records
+
+    written = render_map_records(args.results, args.out, progress=lambda it: tqdm(it, desc="maps", unit="image"))
+    if not written:
+        raise UsageError(f"no map records under {args.results} (evaluate with mapping.save_images=true)")
+    print(f"{len(written)} map images, e.g. {written[0]}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = REPO_ROOT / "scripts" / f"bench_{args.name}.py"
     if not script.exists():
@@ -349,6 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-eval-houses", type=int, default=None)
     tr.add_argument("--no-resume", action="store_true")
     tr.set_defaults(func=cmd_train_rednet)
+
+    vz = sub.add_parser("viz", help="pictures")
+    vsub = vz.add_subparsers(dest="viz_command", required=True)
+    vm = vsub.add_parser("maps", help="PNGs of the maps saved by `eval mapping.save_images=true`")
+    vm.add_argument("--results", required=True, help="results folder of an evaluation")
+    vm.add_argument("--out", default=None, help="write the PNGs here instead of next to the records")
+    vm.set_defaults(func=cmd_viz_maps)
 
     b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
     b.add_argument("name")

@@ -122,15 +122,21 @@ def make_agent(name: str, env, seed: int = 0) -> Agent:
     raise ValueError(f"unknown agent {name!r}; choose one of {AGENTS}")
 
 
-def run_tour(env, agent: Agent, tour: int | None = None) -> list[dict]:
-    """Run one tour to the end; returns the ``info`` of every step (metrics, paths, flags)."""
+def run_tour(env, agent: Agent, tour: int | None = None, on_step=None) -> list[dict]:
+    """Run one tour to the end; returns the ``info`` of every step (metrics, paths, flags).
+
+    ``on_step(obs, info)`` sees every observation (the reset one included), e.g. a mapper."""
     obs, info = env.reset(options={"tour": tour} if tour is not None else None)
     agent.reset_memory(True, True, info["tour_id"])
+    if on_step is not None:
+        on_step(obs, info)
     infos = [info]
     done = False
     while not done:
         action = agent.act(obs, info)
         obs, _, done, _, info = env.step(action)
         agent.reset_memory(False, bool(info.get("episode_start")), info["tour_id"])
+        if on_step is not None:
+            on_step(obs, info)
         infos.append(info)
     return infos

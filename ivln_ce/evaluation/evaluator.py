@@ -108,9 +108,10 @@ def run_worker(cfg: DictConfig, indices: list[int], progress=None) -> None:
     sim = make_simulator(cfg.simulator)
     env = TourEnv(sim, items, cfg.env, refs, scenes_dir, success_distance=cfg.metrics.success_distance)
     agent = make_agent(cfg.eval.agent, env, seed=cfg.seed)
+    recorder = MapRecorder(cfg, env, paths) if cfg.mapping.save_images else None
     try:
         for k in todo:
-            infos = run_tour(env, agent, k)
+            infos = run_tour(env, agent, k, recorder)
             steps = sum(1 for i in infos[1:])
             record = _tour_record(items[k], infos, steps)
             atomic_write_bytes(paths.tour_file(items[k].tour.tour_id), json.dumps(record).encode())
@@ -118,6 +119,54 @@ def run_worker(cfg: DictConfig, indices: list[int], progress=None) -> None:
                 progress(len(record["episodes"]), steps)
     finally:
         sim.close()
+
+
+class MapRecorder:
+    """Runs the mapper on every observation of a tour and stores per-episode map records
+    (``maps_{label}_{split}/{tour}/{episode}.npz`` and ``.../tour.npz``) for ``ivln-ce viz maps``."""
+
+    def __init__(self, cfg: DictConfig, env: TourEnv, paths: EvalPaths):
+        import math
+
+        import torch
+
+        from ivln_ce.mapping.mapper import KnownMaps, Mapper
+
+        missing = {"depth", "semantic"} - set(cfg.simulator.sensors)
+        if missing:
+            raise ValueError(f"mapping.save_images needs simulator.sensors to include {sorted(missing)}")
+        known = KnownMaps(cfg.mapping.known_maps_dir) if cfg.mapping.mode.value == "known" else None
+        self.torch = torch
+        self.mapper = Mapper(cfg.mapping, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth, cfg.simulator.sensor_height, known_maps=known)
+        self.env = env
+        self.dir = paths.results / f"maps_{paths.label}_{paths.split}"
+
+    def __call__(self, obs: dict, info: dict) -> None:
+        t = self.torch
+        batch = {
+            "depth": t.from_numpy(obs["depth"])[None],
+            "semantic12": t.from_numpy(obs["semantic12"])[None],
+            "position": t.from_numpy(obs["position"])[None],
+            "heading": t.from_numpy(obs["heading"]),
+        }
+        ep = self.env.episode
+        maps = self.mapper(["stream"], batch, t.tensor([bool(info["episode_memory_reset"])]), t.tensor([bool(info["tour_start"])]), scans=[ep.scan])
+        tour_dir = self.dir / info["tour_id"]
+        if "metrics" in info:
+            xyz, labels = self.mapper.grid.points("stream")
+            rec = self.env.rec
+            tour_dir.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(
+                tour_dir / f"{rec.episode.episode_id}.npz",
+                occupancy=maps["occupancy_map"][0].numpy(), semantic=maps["semantic_map"][0].numpy(),
+                xyz=xyz.numpy(), labels=labels.numpy(), goal=np.asarray(rec.episode.goal_position),
+                path_agent=np.asarray(rec.path), path_reference=np.asarray(rec.episode.reference_path),
+            )
+        if "tour_path" in info:
+            xyz, labels = self.mapper.grid.points("stream")
+            tour_dir.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(tour_dir / "tour.npz", xyz=xyz.numpy(), labels=labels.numpy(),
+                                path_tour=np.asarray([e["position"] for e in info["tour_path"]]))
 
 
 def _process_entry(cfg_dict: dict, indices: list[int], queue) -> None:

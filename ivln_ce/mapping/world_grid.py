@@ -66,41 +66,43 @@ class WorldGrid:
     def update(self, streams: list[str], points: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
         """Integrate (B, P, 3) points with (B, P) labels where ``valid`` (B, P)."""
         slots = torch.tensor([self.slots[s] for s in streams], device=self.device)
-        b, p = torch.nonzero(valid, as_tuple=True)
-        pts = points[b, p].to(self.device).float()
-        lab = labels[b, p].to(self.device).to(torch.uint8)
-        slot = slots[b]
+        valid = valid.to(self.device)
+        pts = points.to(self.device)[valid].float()
+        lab = labels.to(self.device)[valid].float()
+        slot = slots[:, None].expand(valid.shape)[valid]
         rel = (pts[:, [0, 2]] - self.origin[slot]) / self.cell
         col, row = torch.floor(rel[:, 0]).long(), torch.floor(rel[:, 1]).long()
         inside = (col >= 0) & (col < self.n) & (row >= 0) & (row < self.n)
         self.dropped_points += int((~inside).sum())
-        pts, lab, slot, col, row = pts[inside], lab[inside], slot[inside], col[inside], row[inside]
+        if not bool(inside.all()):
+            pts, lab, slot, col, row = pts[inside], lab[inside], slot[inside], col[inside], row[inside]
         if len(pts) == 0:
             return
-        cells = self.n * self.n
-        flat = slot * cells + row * self.n + col
-        # the current content of every touched cell competes with the new points
-        touched = torch.unique(flat)
-        ts, tc = touched // cells, touched % cells
-        old_y = self.y[ts, tc]
-        keep = old_y > NEG
-        cand_flat = torch.cat([flat, touched[keep]])
-        cand_y = torch.cat([pts[:, 1], old_y[keep]])
-        cand_x = torch.cat([pts[:, 0], self.x[ts, tc][keep]])
-        cand_z = torch.cat([pts[:, 2], self.z[ts, tc][keep]])
-        cand_l = torch.cat([lab, self.label[ts, tc][keep]]).float()
-        win = torch.ones_like(cand_y, dtype=torch.bool)
-        for key in (cand_y, cand_x, cand_z, cand_l):  # lexicographic max: y, then x, z, label
-            best = torch.full((len(touched),), NEG, device=self.device)
-            idx = torch.searchsorted(touched, cand_flat)
-            best = best.scatter_reduce(0, idx[win], key[win], reduce="amax", include_self=True)
-            win = win & (key == best[idx])
-        idx = torch.searchsorted(touched, cand_flat)[win]
-        # after the lexicographic passes every touched cell has exactly one winner (duplicates agree)
-        self.y[ts[idx], tc[idx]] = cand_y[win]
-        self.x[ts[idx], tc[idx]] = cand_x[win]
-        self.z[ts[idx], tc[idx]] = cand_z[win]
-        self.label[ts[idx], tc[idx]] = cand_l[win].to(torch.uint8)
+        flat = slot * (self.n * self.n) + row * self.n + col
+        Y, X, Z, L = self.y.view(-1), self.x.view(-1), self.z.view(-1), self.label.view(-1)
+        old_y = Y[flat]
+        Y.scatter_reduce_(0, flat, pts[:, 1], reduce="amax", include_self=True)
+        top = Y[flat]
+        new_c = pts[:, 1] == top  # new points reaching their column's maximum
+        old_c = old_y == top  # the column's previous point still ties for it
+        # lexicographic tie-break on (x, z, label) between tied new points and the old point
+        for new_key, old_key in ((pts[:, 0], X), (pts[:, 2], Z), (lab, L)):
+            scratch = self._scratch()
+            scratch.scatter_reduce_(0, flat[new_c], new_key[new_c], reduce="amax", include_self=True)
+            old_vals = old_key[flat].float()
+            scratch.scatter_reduce_(0, flat[old_c], old_vals[old_c], reduce="amax", include_self=True)
+            best = scratch[flat]
+            new_c = new_c & (new_key == best)
+            old_c = old_c & (old_vals == best)
+            scratch[flat] = NEG  # restore the scratch in O(points)
+        # a winning new point (equal to the old one when both remain) is written to its cell
+        w = flat[new_c]
+        X[w], Z[w], L[w] = pts[new_c, 0], pts[new_c, 2], lab[new_c].to(torch.uint8)
+
+    def _scratch(self) -> torch.Tensor:
+        if getattr(self, "_scratch_buf", None) is None or self._scratch_buf.numel() != self.y.numel():
+            self._scratch_buf = torch.full((self.y.numel(),), NEG, device=self.device)
+        return self._scratch_buf
 
     def load_points(self, stream: str, xyz: torch.Tensor, labels: torch.Tensor) -> None:
         """Replace the stream's memory with given points (known maps: no keep-highest on load

@@ -87,3 +87,20 @@ def test_two_process_torch_distributed_equals_single_process(tiny_benchmark, tmp
     evaluate(eval_cfg(tiny_benchmark, single, "eval.agent=random"))
     mp.spawn(_rank, args=(2, str(tiny_benchmark), str(dist), _free_port()), nprocs=2, join=True)
     assert outputs(single, "random") == outputs(dist, "random")
+
+
+def test_map_records_and_images(tiny_benchmark, tmp_path):
+    pytest.importorskip("torch", reason="the mapper runs on torch")
+    from ivln_ce.viz.maps import render_map_records
+
+    cfg = eval_cfg(tiny_benchmark, tmp_path, "eval.agent=oracle", "mapping.save_images=true", "eval.tours=[0]",
+                   "simulator.sensors=[depth,semantic]", "simulator.depth.width=64", "simulator.depth.height=64",
+                   "simulator.semantic.width=64", "simulator.semantic.height=64")
+    summary = evaluate(cfg)
+    folder = tmp_path / "maps_oracle_val_unseen" / "0"
+    records = sorted(p.name for p in folder.glob("*.npz"))
+    assert "tour.npz" in records and len(records) == summary["num_episodes"] + 1
+    images = render_map_records(tmp_path)
+    assert len(images) == len(records) and all(p.stat().st_size > 1000 for p in images)
+    with pytest.raises(ValueError, match="needs simulator.sensors"):
+        evaluate(eval_cfg(tiny_benchmark, tmp_path / "x", "mapping.save_images=true", "eval.tours=[0]"))

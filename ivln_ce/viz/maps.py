@@ -1,0 +1,93 @@
+"""Pictures of the maps an agent built: per episode and per tour (``ivln-ce viz maps``).
+
+The evaluator (``mapping.save_images=true``) stores, per finished agent episode, an ``.npz``
+with the egocentric occupancy/semantic maps at the episode's end, the stream's allocentric
+keep-highest memory (points and labels), the agent path, the reference path and the goal;
+and per tour the memory at the tour's end with the tour path. This module turns them into
+PNGs: the egocentric 64x64 map (grey = occupied void, colours = classes, the agent at the
+centre facing up) beside an allocentric top-down map with the paths, and a class legend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ivln_ce.scenes.categories import CLASS_COLORS
+from ivln_ce.viz.scenes import legend
+
+VOID_OCCUPIED = (90, 90, 90)
+
+
+def egocentric_image(occupancy: np.ndarray, semantic: np.ndarray, scale: int = 5) -> np.ndarray:
+    img = np.full(occupancy.shape + (3,), 255, np.uint8)
+    img[occupancy > 0] = VOID_OCCUPIED
+    colors = np.asarray(CLASS_COLORS, np.uint8)
+    img[semantic > 0] = colors[semantic[semantic > 0]]
+    img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
+    c = img.shape[0] // 2
+    cv2.arrowedLine(img, (c, c + 8), (c, c - 10), (220, 0, 0), 2, tipLength=0.4)
+    return img
+
+
+def allocentric_image(xyz: np.ndarray, labels: np.ndarray, paths: dict[str, np.ndarray], goal: np.ndarray | None = None, px_per_m: float = 30.0) -> np.ndarray:
+    pts = [xyz[:, [0, 2]]] + [p[:, [0, 2]] for p in paths.values() if len(p)]
+    allp = np.concatenate(pts) if pts else np.zeros((1, 2))
+    lo, hi = allp.min(0) - 0.5, allp.max(0) + 0.5
+    w, h = (hi - lo) * px_per_m
+    img = np.full((max(int(h), 10), max(int(w), 10), 3), 255, np.uint8)
+
+    def px(p):
+        return ((p[..., 0] - lo[0]) * px_per_m).astype(int), ((p[..., 1] - lo[1]) * px_per_m).astype(int)
+
+    if len(xyz):
+        cx, cz = px(xyz[:, [0, 2]])
+        cx, cz = np.clip(cx, 0, img.shape[1] - 1), np.clip(cz, 0, img.shape[0] - 1)
+        colors = np.asarray(CLASS_COLORS, np.uint8)[labels]
+        colors[labels == 0] = VOID_OCCUPIED
+        order = np.argsort(xyz[:, 1])  # higher points drawn last
+        for dx in (0, 1):  # 5 cm cells as 2x2 dots
+            for dz in (0, 1):
+                img[np.clip(cz[order] + dz, 0, img.shape[0] - 1), np.clip(cx[order] + dx, 0, img.shape[1] - 1)] = colors[order]
+    styles = {"reference": ((40, 160, 40), 3), "agent": ((30, 90, 220), 2), "tour": ((30, 90, 220), 1)}
+    for name, p in paths.items():
+        if len(p) > 1:
+            x, z = px(p[:, [0, 2]])
+            color, t = styles.get(name, ((0, 0, 0), 1))
+            cv2.polylines(img, [np.stack([x, z], 1).astype(np.int32)], False, color, t, cv2.LINE_AA)
+    if goal is not None:
+        gx, gz = px(np.asarray(goal)[[0, 2]][None])
+        cv2.circle(img, (int(gx[0]), int(gz[0])), 6, (220, 30, 30), 2, cv2.LINE_AA)
+    return img
+
+
+def _side_by_side(*images: np.ndarray) -> np.ndarray:
+    h = max(i.shape[0] for i in images)
+    padded = [np.pad(i, ((0, h - i.shape[0]), (0, 8), (0, 0)), constant_values=255) for i in images]
+    return np.concatenate(padded, axis=1)
+
+
+def map_record_image(path: str | Path) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as z:
+        paths = {k[len("path_"):]: z[k] for k in z.files if k.startswith("path_")}
+        goal = z["goal"] if "goal" in z.files else None
+        allo = allocentric_image(z["xyz"], z["labels"], paths, goal)
+        if "occupancy" in z.files:
+            ego = egocentric_image(z["occupancy"], z["semantic"])
+            return _side_by_side(ego, allo, legend(max(ego.shape[0], 250)))
+        return _side_by_side(allo, legend(250))
+
+
+def render_map_records(results: str | Path, out: str | Path | None = None, progress=None) -> list[Path]:
+    """PNG for every map record under ``results`` (written next to it, or under ``out``)."""
+    results = Path(results)
+    files = sorted(results.rglob("maps_*/**/*.npz"))
+    written = []
+    for f in (progress(files) if progress else files):
+        target = (Path(out) / f.relative_to(results)).with_suffix(".png") if out else f.with_suffix(".png")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(target), map_record_image(f)[:, :, ::-1])
+        written.append(target)
+    return written
