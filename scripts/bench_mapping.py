@@ -74,8 +74,10 @@ class NaiveMapper:
             key = torch.floor(cloud[:, 0] / 0.05).long() * 100_000 + torch.floor(cloud[:, 2] / 0.05).long()
             uniq, inv = torch.unique(key, return_inverse=True)
             top = torch.full((len(uniq),), -1e9).scatter_reduce(0, inv, cloud[:, 1], reduce="amax")
-            keep = cloud[:, 1] == top[inv]
-            self.cloud[b] = cloud[keep]
+            winners = torch.nonzero(cloud[:, 1] == top[inv]).squeeze(1)
+            # exactly one point per cell, as the official cloud (the first of tied points)
+            first = torch.full((len(uniq),), len(cloud), dtype=torch.long).scatter_reduce(0, inv[winners], winners, reduce="amin")
+            self.cloud[b] = cloud[first]
             c = self.cloud[b]
             ok = (c[:, 1] > sensor[b, 1] - RENDER_BELOW) & (c[:, 1] < sensor[b, 1] + RENDER_ABOVE)
             dx, dz = c[ok, 0] - sensor[b, 0], c[ok, 2] - sensor[b, 2]

@@ -83,21 +83,23 @@ class WorldGrid:
         old_y = Y[flat]
         Y.scatter_reduce_(0, flat, pts[:, 1], reduce="amax", include_self=True)
         top = Y[flat]
-        new_c = pts[:, 1] == top  # new points reaching their column's maximum
-        old_c = old_y == top  # the column's previous point still ties for it
-        # lexicographic tie-break on (x, z, label) between tied new points and the old point
-        for new_key, old_key in ((pts[:, 0], X), (pts[:, 2], Z), (lab, L)):
-            scratch = self._scratch()
-            scratch.scatter_reduce_(0, flat[new_c], new_key[new_c], reduce="amax", include_self=True)
-            old_vals = old_key[flat].float()
-            scratch.scatter_reduce_(0, flat[old_c], old_vals[old_c], reduce="amax", include_self=True)
-            best = scratch[flat]
-            new_c = new_c & (new_key == best)
-            old_c = old_c & (old_vals == best)
-            scratch[flat] = NEG  # restore the scratch in O(points)
+        # candidates: new points reaching their column's maximum, and previous points still tied
+        c = torch.nonzero(pts[:, 1] == top).squeeze(1)
+        fc, keys_c = flat[c], [pts[c, 0], pts[c, 2], lab[c]]
+        fo = flat[old_y == top]
+        scratch = self._scratch()
+        for k, old_key in enumerate((X, Z, L)):  # lexicographic tie-break on (x, z, label)
+            old_vals = old_key[fo].float()
+            scratch.scatter_reduce_(0, fc, keys_c[k], reduce="amax", include_self=True)
+            scratch.scatter_reduce_(0, fo, old_vals, reduce="amax", include_self=True)
+            keep_c = keys_c[k] == scratch[fc]
+            keep_o = old_vals == scratch[fo]
+            scratch[fc] = NEG  # restore the scratch in O(points)
+            scratch[fo] = NEG
+            fc, keys_c = fc[keep_c], [v[keep_c] for v in keys_c]
+            fo = fo[keep_o]
         # a winning new point (equal to the old one when both remain) is written to its cell
-        w = flat[new_c]
-        X[w], Z[w], L[w] = pts[new_c, 0], pts[new_c, 2], lab[new_c].to(torch.uint8)
+        X[fc], Z[fc], L[fc] = keys_c[0], keys_c[1], keys_c[2].to(torch.uint8)
 
     def _scratch(self) -> torch.Tensor:
         if getattr(self, "_scratch_buf", None) is None or self._scratch_buf.numel() != self.y.numel():
