@@ -44,13 +44,17 @@ def test_score_errors_exit_2_with_a_message(files, capsys):
     assert "did you mean 'metrics.tndtw.d_th'" in capsys.readouterr().err
 
 
-def test_demo_writes_scorable_files(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--tours", "3"]) == 0
-    out = capsys.readouterr().out
-    assert "expert" in out and "t-nDTW" in out
-    row = next(line for line in out.splitlines() if line.startswith("expert"))
-    assert [float(v) for v in row.split()[-2:]] == [100.0, 100.0]
-    assert (tmp_path / "gt_ndtw.json").exists() and (tmp_path / "dtw_data_noisy_val_unseen.json").exists()
+def test_demo_evaluates_the_reference_agents_and_draws(tiny_benchmark, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--data", str(tiny_benchmark), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in text.splitlines() if line.split() and line.split()[0] in ("oracle", "random", "forward", "stop")}
+    assert set(rows) == {"oracle", "random", "forward", "stop"}
+    assert rows["oracle"][4] == 100.0 and rows["oracle"][6] >= 95.0  # SR and t-nDTW of the upper bound
+    assert rows["stop"][4] < rows["oracle"][4]
+    for agent in rows:
+        assert (out / f"tour_{agent}.png").stat().st_size > 5000
+    assert (out / "view.png").exists() and (out / "dtw_data_ckpt_random_val_unseen.json").exists()
 
 
 def test_config_show_and_data_validate(real_val_unseen, capsys):
