@@ -216,7 +216,6 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_train_rednet(args: argparse.Namespace) -> int:
-    from ivln_ce.scenes.categories import CLASS_NAMES
     from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
 
     cfg = RedNetTrainConfig(out=args.out, preset=args.preset, seed=args.seed, size=args.size, frames_per_house=args.frames_per_house,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 from ivln_ce.benchmark.synthetic import build_synthetic
 from ivln_ce.config import load_config

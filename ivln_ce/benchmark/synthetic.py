@@ -21,12 +21,11 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
 
-from ivln_ce.config import EnvConfig, load_config
+from ivln_ce.config import load_config
 from ivln_ce.data.episodes import Episode, EpisodeDataset, Goal, ReferenceTrajectory, load_episodes, load_reference_trajectories, write_reference_trajectories
 from ivln_ce.data.instructions import InstructionGenerator
 from ivln_ce.data.jsonio import atomic_write_bytes, write_json

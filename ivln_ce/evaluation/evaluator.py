@@ -33,7 +33,7 @@ from ivln_ce.config import as_dataclass, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
 from ivln_ce.data.targets import PathFileWriter, TourPath, iter_target_paths
-from ivln_ce.data.tours import Tour, evaluation_order, load_tours
+from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourEnv, TourItem
 from ivln_ce.evaluation.agents import make_agent, run_tour
 from ivln_ce.metrics.tour import score_split
@@ -193,7 +193,6 @@ def _dotlist(d: dict, prefix: str = "") -> list[str]:
 
 
 def _run_local(cfg: DictConfig, items: list[TourItem], todo: list[int]) -> None:
-    paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, cfg.eval.label or cfg.eval.agent)
     n_workers = max(1, min(int(cfg.eval.workers), len(todo)))
     bar = tqdm(total=len(todo), desc=f"eval {cfg.eval.agent} {cfg.eval.split}", unit="tour", file=sys.stderr, disable=None)
     t0, episodes, steps = time.perf_counter(), 0, 0
@@ -233,7 +232,6 @@ def _run_local(cfg: DictConfig, items: list[TourItem], todo: list[int]) -> None:
         if error:
             raise RuntimeError(f"an evaluation worker failed: {error}")
     bar.close()
-    del paths
 
 
 def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = None) -> dict[str, Any] | None:

@@ -226,7 +226,6 @@ class CMAPolicy(nn.Module):
         ``episode_start`` (agent mask 0: first observation of an episode and every oracle
         step) and ``tour_start`` (tour mask 0) are the environment's memory signals.
         """
-        n = len(stream_ids)
         L = self.num_recurrent_layers
         device = next(self.parameters()).device
         h = torch.stack([state.hidden.get(s, torch.zeros(L, HIDDEN, device=device)) for s in stream_ids])

@@ -13,7 +13,6 @@ Shading (both renderers): colour * (0.45 + 0.35 max(0, n.L) + 0.2 |n.view|), L f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 

@@ -5,9 +5,7 @@ import pytest
 
 from ivln_ce.data.episodes import load_episodes, parse_episodes
 from ivln_ce.data.tour_generation import (
-    PathInfo,
     connectivity_groups,
-    cost_matrix,
     euclidean_same_floor,
     generate_tours,
     nearest_neighbour_order,

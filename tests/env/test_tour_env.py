@@ -1,11 +1,10 @@
 import math
 
 import numpy as np
-import pytest
 from gymnasium.utils.env_checker import check_env
 
 from ivln_ce.benchmark.synthetic import SCENE_DIR, episodes_path, references_path
-from ivln_ce.config import EnvConfig, load_config
+from ivln_ce.config import load_config
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourEnv, TourItem
@@ -77,7 +76,7 @@ def test_agent_reaching_the_goal_skips_the_goal_phase(tiny_benchmark):
 
 def test_timeout_logs_the_final_pose_only_when_fixed(tiny_benchmark):
     for fixed in (True, False):
-        env = make_env(tiny_benchmark, [f"env.max_agent_steps=5", f"env.log_final_pose_on_timeout={fixed}"])
+        env = make_env(tiny_benchmark, ["env.max_agent_steps=5", f"env.log_final_pose_on_timeout={fixed}"])
         obs, info = env.reset(options={"tour": 0})
         for k in range(5):
             obs, _, _, _, info = env.step(MOVE_FORWARD)

@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 import socket
 
 import pytest

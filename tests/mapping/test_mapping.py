@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the mapper runs on torch")
 
 from ivln_ce.config import load_config  # noqa: E402
-from ivln_ce.mapping.egocentric import map_tensor, render  # noqa: E402
+from ivln_ce.mapping.egocentric import render  # noqa: E402
 from ivln_ce.mapping.mapper import KnownMaps, Mapper, build_known_map  # noqa: E402
 from ivln_ce.mapping.projection import official_intrinsics, unproject  # noqa: E402
 from ivln_ce.mapping.world_grid import WorldGrid  # noqa: E402

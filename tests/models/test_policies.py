@@ -1,7 +1,5 @@
 import gzip
 import json
-import sys
-import types
 
 import pytest
 

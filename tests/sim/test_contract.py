@@ -46,7 +46,7 @@ def make_sim(backend, scene_file, sensors=("rgb", "depth", "semantic")):
 
         if not habitat_available():
             pytest.skip("habitat-sim is not installed (optional [habitat] backend)")
-        cfg = load_config(None, [f"simulator.backend=habitat", f"simulator.sensors=[{','.join(sensors)}]"]).simulator
+        cfg = load_config(None, ["simulator.backend=habitat", f"simulator.sensors=[{','.join(sensors)}]"]).simulator
         sim = HabitatSimulator(cfg)
     sim.load_scene(str(scene_file))
     assert isinstance(sim, Simulator)
