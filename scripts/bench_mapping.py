@@ -2,11 +2,10 @@
 at episode 1 and at episode 50 of a tour, against the naive whole-point-cloud approach
 measured in the same run.
 
-Frames are rendered once from a generated house along a random walk per stream (depth and GT
-semantics; ``--walk`` steps) and replayed in order, so the memory after one pass holds
-everything the tour will ever see; every later step replays a frame of an already-mapped
-area. "Episode 1" times the first ``--steps-per-episode`` steps; "episode 50" times the steps
-of episode 50, reached by replaying the walk (both mappers go through every step before it). The naive approach keeps every stream's world cloud as a point
+Every step renders fresh frames (depth and GT semantics, untimed) for 4 agents walking at
+random through one generated house, so the explored area grows over the tour as it would.
+"Episode 1" times the first ``--steps-per-episode`` steps, "episode 50" the steps of episode 50
+(both mappers process every step before it). The naive approach keeps every stream's world cloud as a point
 list (the official mapper's state), and each step concatenates the new points, re-reduces the
 whole cloud with a scatter-max per (stream, cell), then filters, rotates and bins the whole
 cloud for the egocentric maps: its cost grows with the explored area. ivln_ce keeps a dense
@@ -35,23 +34,26 @@ B = 4
 HFOV = math.radians(90)
 
 
-def record_frames(n: int, seed: int = 0):
-    sim = EmbeddedSimulator(load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"]).simulator)
-    sim.load_scene_object(generated_scene(seed + 11))
-    rng = np.random.default_rng(seed)
-    frames = []
-    for b in range(B):
-        sim.set_agent_state(sim.sample_navigable_point(rng), rng.uniform(-3, 3))
-        seq = []
-        for _ in range(n):
-            o = sim.step(int(rng.choice([MOVE_FORWARD, MOVE_FORWARD, TURN_LEFT, TURN_RIGHT]))).observations
-            seq.append((o.depth[..., 0].copy(), o.semantic12.copy(), o.position.copy(), o.heading))
-        frames.append(seq)
-    sim.close()
-    return frames
+class Walkers:
+    """B agents walking at random in one generated house; renders each step's frames on demand."""
+
+    def __init__(self, seed: int = 0):
+        self.sim = EmbeddedSimulator(load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"]).simulator)
+        self.sim.load_scene_object(generated_scene(seed + 11))
+        self.rng = np.random.default_rng(seed)
+        self.poses = [(self.sim.sample_navigable_point(self.rng), float(self.rng.uniform(-3, 3))) for _ in range(B)]
+
+    def step(self):
+        out = []
+        for b in range(B):
+            self.sim.set_agent_state(*self.poses[b])
+            o = self.sim.step(int(self.rng.choice([MOVE_FORWARD, MOVE_FORWARD, MOVE_FORWARD, TURN_LEFT, TURN_RIGHT]))).observations
+            self.poses[b] = (o.position.copy(), o.heading)
+            out.append((o.depth[..., 0], o.semantic12, o.position, o.heading))
+        return [[f] for f in out]
 
 
-def batch(frames, t):
+def batch(frames, t=0):
     d = torch.from_numpy(np.stack([frames[b][t][0] for b in range(B)]))
     s = torch.from_numpy(np.stack([frames[b][t][1] for b in range(B)]))
     p = torch.from_numpy(np.stack([frames[b][t][2] for b in range(B)])).float()
@@ -94,11 +96,9 @@ def main() -> None:
     ap.add_argument("--steps-per-episode", type=int, default=40)
     ap.add_argument("--episodes", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--walk", type=int, default=200)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    n_frames = args.walk
-    frames = record_frames(n_frames)
+    walkers = Walkers()
     total = args.steps_per_episode * args.episodes
     mapper = Mapper(load_config(None, ["mapping.mode=iterative"]).mapping, HFOV)
     naive = NaiveMapper()
@@ -107,7 +107,7 @@ def main() -> None:
     no = torch.zeros(B, dtype=torch.bool)
     times = {"ivln_ce": {}, "naive": {}}
     for t in range(total):
-        d, s, p, h = batch(frames, t % n_frames)
+        d, s, p, h = batch(walkers.step())
         episode = t // args.steps_per_episode + 1
         obs = {"depth": d[..., None], "semantic12": s, "position": p, "heading": h}
         t0 = time.perf_counter()
