@@ -36,7 +36,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from ivln_ce.data.episodes import EpisodeDataset, sorted_ids
+from ivln_ce.data.episodes import EpisodeDataset
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,6 @@ def connectivity_groups(costs: np.ndarray) -> list[list[int]]:
     for i, lab in enumerate(labels):
         groups.setdefault(int(lab), []).append(i)
     return sorted(groups.values(), key=lambda g: g[0])
-
-
-def order_cost(costs: np.ndarray, order: Sequence[int]) -> float:
-    """Total cost of consecutive transitions (inf if any is not navigable)."""
-    return float(sum(costs[a, b] for a, b in zip(order[:-1], order[1:])))
 
 
 def order_key(costs: np.ndarray, order: Sequence[int]) -> tuple[int, float]:
@@ -347,6 +342,3 @@ def tour_statistics(tours_by_scan: dict[str, list[list[str]]], episode_count: in
         "sd_length": float(lengths.std(ddof=1)) if len(lengths) > 1 else 0.0,
     }
 
-
-def episodes_in_order(tours_by_scan: dict[str, list[list[str]]]) -> list[str]:
-    return sorted_ids([e for ts in tours_by_scan.values() for t in ts for e in t])

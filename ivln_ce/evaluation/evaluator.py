@@ -281,11 +281,11 @@ def gather(cfg: DictConfig, items: list[TourItem], paths: EvalPaths) -> dict[str
     target_file = Path(cfg.data.target_paths)
     d_th = float(cfg.metrics.tndtw.d_th)
     if target_file.exists():
-        wanted = set(agent_paths)
+        # parse the split's targets once (compact arrays) and score both variants from them
+        targets = [(tid, tp) for tid, tp in iter_target_paths(target_file, cfg.eval.split) if not partial or tid in agent_paths]
         for variant in ("official", "paper"):
             if partial and variant == "official":
                 continue
-            targets = ((tid, tp) for tid, tp in iter_target_paths(target_file, cfg.eval.split) if not partial or tid in wanted)
             scores[variant] = score_split(agent_paths, targets, variant=variant, d_th=d_th, on_infeasible=as_dataclass(cfg.metrics.tndtw).on_infeasible.value)
     summary = {
         "split": cfg.eval.split,
