@@ -240,6 +240,49 @@ def cmd_viz_maps(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_known_maps(args: argparse.Namespace) -> int:
+    import math
+
+    from tqdm import tqdm
+
+    from ivln_ce.mapping.known import KnownMaps, build_known_map, known_map_of_scene
+
+    root = Path(args.scenes)
+    scenes = sorted(root.rglob("*.glb")) if root.is_dir() else [root]
+    if not scenes or not all(p.suffix == ".glb" and p.exists() for p in scenes):
+        raise UsageError(f"{root}: no generated .glb scene found")
+    predicted = args.rednet is not None
+    if predicted and args.method == "mesh":
+        raise UsageError("predicted semantics come from a visit: use --method visit with --rednet")
+    source = args.source or ("predicted_semantics" if predicted else "gt_semantics")
+    known = KnownMaps(args.out, source)
+    segmenter = None
+    if predicted:
+        from ivln_ce.models.official_weights import load_rednet
+        from ivln_ce.models.rednet import RedNet, RedNetSegmenter
+
+        model = RedNet(depth=args.rednet_depth)
+        print(load_rednet(model, args.rednet))
+        segmenter = RedNetSegmenter(model)
+    sensors = "[rgb,depth,semantic]" if predicted else "[depth,semantic]"
+    done = skipped = 0
+    for glb in tqdm(scenes, desc=f"known maps ({args.method}, {source})", unit="scene"):
+        scan = glb.stem
+        if known.path(scan).exists() and not args.overwrite:
+            skipped += 1
+            continue
+        sim = _scene_sim(str(glb), [f"simulator.sensors={sensors}", *args.overrides])
+        if args.method == "mesh":
+            xyz, sem = known_map_of_scene(sim.scene, sim.nav.floor_y, sim.config.sensor_height)
+            known.save(scan, xyz, sem)
+        else:
+            build_known_map(sim, scan, known, args.spacing, args.turns, math.radians(sim.config.depth.hfov), segmenter)
+        sim.close()
+        done += 1
+    print(f"{done} known maps written to {Path(args.out) / source}/ ({skipped} already there; --overwrite rebuilds them)")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = REPO_ROOT / "scripts" / f"bench_{args.name}.py"
     if not script.exists():
@@ -322,6 +365,20 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--out", required=True, help="PNG to write")
     st.add_argument("--scale", type=float, default=40.0, help="pixels per metre")
     st.set_defaults(func=cmd_scene_topdown)
+
+    km = sub.add_parser("known-maps", help="build known maps ({out}/{source}/{scan}.npz) for generated scenes (resumable)")
+    km.add_argument("scenes", help="a generated .glb, or a folder searched for them")
+    km.add_argument("--out", required=True, help="known-maps root (mapping.known_maps_dir)")
+    km.add_argument("--method", choices=["mesh", "visit"], default="mesh",
+                    help="mesh: GT semantics straight from the labelled mesh; visit: exhaustive visit (SPEC §1.8)")
+    km.add_argument("--rednet", default=None, help="RedNet checkpoint: predicted semantics (needs --method visit)")
+    km.add_argument("--rednet-depth", type=int, choices=[18, 34, 50], default=50, help="RedNet encoder depth of the checkpoint")
+    km.add_argument("--source", default=None, help="sub-folder (default gt_semantics, or predicted_semantics with --rednet)")
+    km.add_argument("--spacing", type=float, default=1.0, help="visit: lattice spacing of viewpoints (m)")
+    km.add_argument("--turns", type=int, default=24, help="visit: views per full turn")
+    km.add_argument("--overwrite", action="store_true", help="rebuild maps that already exist")
+    km.add_argument("overrides", nargs="*", help="simulator config overrides, e.g. simulator.depth.width=128")
+    km.set_defaults(func=cmd_known_maps)
 
     dsy = dsub.add_parser("synth", help="build the synthetic IR2R-CE benchmark (resumable)")
     dsy.add_argument("--preset", choices=["tiny", "small", "default"], default="tiny")

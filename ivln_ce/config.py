@@ -159,10 +159,18 @@ class SemanticSource(str, enum.Enum):
     rednet = "rednet"  # a segmenter over RGB-D
 
 
+class MapBackend(str, enum.Enum):
+    auto = "auto"  # numba on CPU, torch on GPU
+    torch = "torch"  # vectorised scatter_reduce on any device
+    numba = "numba"  # fused single-pass CPU kernels (same output as torch)
+
+
 @dataclass
 class MappingConfig:
     mode: MapMode = MapMode.iterative
     semantics: SemanticSource = SemanticSource.gt
+    #: how the world memory is updated and rendered; both backends give the same maps
+    backend: MapBackend = MapBackend.auto
     #: side of the square world grid kept per stream, centred where the stream starts (m)
     world_extent: float = 60.0
     world_cell: float = 0.05

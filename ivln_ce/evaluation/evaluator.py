@@ -130,7 +130,8 @@ class MapRecorder:
 
         import torch
 
-        from ivln_ce.mapping.mapper import KnownMaps, Mapper
+        from ivln_ce.mapping.known import KnownMaps
+        from ivln_ce.mapping.mapper import Mapper
 
         missing = {"depth", "semantic"} - set(cfg.simulator.sensors)
         if missing:

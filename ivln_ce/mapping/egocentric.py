@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 
+from ivln_ce.mapping import kernels
 from ivln_ce.mapping.world_grid import NEG, WorldGrid
 
 RENDER_BELOW, RENDER_ABOVE = 1.25, 0.75
@@ -23,6 +24,8 @@ RENDER_BELOW, RENDER_ABOVE = 1.25, 0.75
 def render(grid: WorldGrid, streams: list[str], sensors: torch.Tensor, headings: torch.Tensor, size: int = 64, cell: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """-> occupancy (B, size, size) uint8 and semantic (B, size, size) uint8."""
     half = size * cell / 2
+    if grid.backend == "numba":
+        return _render_numba(grid, streams, sensors, headings, size, cell)
     x, y, z, lab = grid.window(streams, sensors, half * math.sqrt(2))
     B = len(streams)
     dev = x.device
@@ -50,7 +53,35 @@ def render(grid: WorldGrid, streams: list[str], sensors: torch.Tensor, headings:
     return occupancy.view(B, size, size), semantic.view(B, size, size)
 
 
+def _render_numba(grid: WorldGrid, streams, sensors, headings, size, cell):
+    h = headings.detach().cpu().float().reshape(-1)
+    occ = np.zeros((len(streams), size, size), dtype=np.uint8)
+    sem = np.zeros_like(occ)
+    half = size * cell / 2
+    r = int(math.ceil(half * math.sqrt(2) / grid.cell)) + 1
+    origin, Y, X, Z, L = grid._arrays()
+    f32 = np.float32
+    slots = grid.slot_array(streams)
+    sen = sensors.detach().cpu().float().contiguous().numpy()
+    cos, sin = torch.cos(h).numpy(), torch.sin(h).numpy()
+    consts = (r, f32(half), f32(cell), f32(RENDER_BELOW), f32(RENDER_ABOVE))
+
+    # one thread: a render is too short for a thread hand-off to pay
+    kernels.render_window(slots, origin, grid.n, f32(grid.cell), Y, X, Z, L, sen, cos, sin, *consts, occ, sem)
+    return torch.from_numpy(occ), torch.from_numpy(sem)
+
+
 def map_tensor(occupancy: torch.Tensor, semantic: torch.Tensor, num_classes: int = 13) -> torch.Tensor:
     """The 14 x 64 x 64 MAP-CMA input: occupancy, then one-hot classes 0..12."""
-    onehot = F.one_hot(semantic.long(), num_classes).permute(0, 3, 1, 2).float()
-    return torch.cat([occupancy.float()[:, None], onehot], dim=1)
+    B, H, W = semantic.shape
+    if semantic.device.type == "cpu":
+        sem = semantic.contiguous().numpy()
+        if sem.size and int(sem.max()) >= num_classes:
+            raise ValueError(f"semantic map holds class {int(sem.max())}; expected 0..{num_classes - 1}")
+        out = np.zeros((B, num_classes + 1, H, W), dtype=np.float32)
+        kernels.map_channels(occupancy.to(torch.uint8).contiguous().numpy(), sem, out)
+        return torch.from_numpy(out)
+    out = torch.zeros(B, num_classes + 1, H, W, device=semantic.device)
+    out[:, 0] = occupancy
+    out[:, 1:].scatter_(1, semantic.long()[:, None], 1.0)
+    return out

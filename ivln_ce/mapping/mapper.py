@@ -17,48 +17,13 @@ Semantics come from the simulator's 13-class labels (``gt``) or any segmenter ca
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Callable
 
-import numpy as np
 import torch
 
 from ivln_ce.config import MapMode, MappingConfig, SemanticSource, as_dataclass
 from ivln_ce.mapping.egocentric import map_tensor, render
-from ivln_ce.mapping.projection import unproject
+from ivln_ce.mapping.known import KnownMaps, Segmenter
 from ivln_ce.mapping.world_grid import WorldGrid
-
-Segmenter = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class KnownMaps:
-    """``{root}/{source}/{scan}.npz`` files (``xyz`` (P, 3) float32, ``semantics`` (P,) uint8), cached."""
-
-    def __init__(self, root: str | Path, source: str = "gt_semantics"):
-        self.root = Path(root)
-        self.source = source
-        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.reads = 0
-
-    def path(self, scan: str) -> Path:
-        return self.root / self.source / f"{scan}.npz"
-
-    def get(self, scan: str) -> tuple[torch.Tensor, torch.Tensor]:
-        if scan not in self._cache:
-            p = self.path(scan)
-            if not p.exists():
-                raise FileNotFoundError(f"{p}: no known map for scan {scan!r} (build it with build_known_map)")
-            with np.load(p) as z:
-                self._cache[scan] = (torch.from_numpy(z["xyz"].astype(np.float32)), torch.from_numpy(z["semantics"].astype(np.uint8)))
-            self.reads += 1
-        return self._cache[scan]
-
-    def save(self, scan: str, xyz: np.ndarray, semantics: np.ndarray) -> Path:
-        p = self.path(scan)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(p, xyz=np.asarray(xyz, np.float32), semantics=np.asarray(semantics, np.uint8))
-        self._cache.pop(scan, None)
-        return p
 
 
 class Mapper:
@@ -74,7 +39,7 @@ class Mapper:
     ):
         self.cfg = as_dataclass(config) if config is not None else MappingConfig()
         self.hfov, self.max_depth, self.sensor_height = hfov, max_depth, sensor_height
-        self.grid = WorldGrid(self.cfg.world_extent, self.cfg.world_cell, device)
+        self.grid = WorldGrid(self.cfg.world_extent, self.cfg.world_cell, device, self.cfg.backend.value)
         self.segmenter = segmenter
         self.known = known_maps
         if self.cfg.mode == MapMode.known and known_maps is None:
@@ -115,33 +80,9 @@ class Mapper:
         if mode != MapMode.known:
             depth = obs["depth"].to(self.device)[..., 0]
             labels = self._semantics(obs).to(self.device)
-            pts, valid = unproject(depth, sensor, heading, self.hfov, self.max_depth)
-            self.grid.update(streams, pts, labels.reshape(len(streams), -1), valid)
+            self.grid.integrate(streams, depth, labels.reshape(depth.shape), sensor, heading, self.hfov, self.max_depth)
         occ, sem = render(self.grid, streams, sensor, heading, self.cfg.map_size, self.cfg.map_cell)
         return {"occupancy_map": occ, "semantic_map": sem, "map": map_tensor(occ, sem)}
 
     def drop(self, stream: str) -> None:
         self.grid.drop(stream)
-
-
-def build_known_map(sim, scan: str, known: KnownMaps, spacing: float = 1.0, turns: int = 24, hfov: float = math.radians(90.0)) -> Path:
-    """Exhaustive visit (SPEC §1.8 regeneration): every navigable lattice point ``spacing`` apart,
-    a full turn at each, GT semantics integrated into one keep-highest memory, then saved."""
-    grid = WorldGrid(60.0, 0.05)
-    nav = sim.nav
-    step = max(1, int(round(spacing / nav.cell)))
-    rows, cols = np.nonzero(nav.navigable[::step, ::step])
-    centre = None
-    for r, c in zip(rows * step, cols * step):
-        p = nav.center_of(int(r), int(c))
-        if centre is None:
-            centre = p
-            grid.reset("visit", [float(p[0]), float(p[2])])
-        for k in range(turns):
-            sim.set_agent_state(p, 2 * math.pi * k / turns)
-            o = sim.get_observations()
-            sensor = torch.tensor(p + np.array([0.0, sim.config.sensor_height, 0.0]), dtype=torch.float32)[None]
-            pts, valid = unproject(torch.from_numpy(o.depth[..., 0])[None], sensor, torch.tensor([o.heading]), hfov, sim.config.max_depth)
-            grid.update(["visit"], pts, torch.from_numpy(o.semantic12).reshape(1, -1), valid)
-    xyz, lab = grid.points("visit")
-    return known.save(scan, xyz.numpy(), lab.numpy())

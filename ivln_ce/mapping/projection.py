@@ -18,14 +18,19 @@ def official_intrinsics(width: int, height: int, hfov: float) -> tuple[float, fl
     return width / (2 * math.tan(hfov2 / 2)), height / (2 * math.tan(vfov / 2)), width / 2.0, height / 2.0
 
 
+def pixel_rays(width: int, height: int, hfov: float, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-column and per-row camera-ray factors (W,), (H,): x_c = d * u, y_c = d * v."""
+    fx, fy, cx, cy = official_intrinsics(width, height, hfov)
+    u = (torch.arange(width, device=device, dtype=torch.float32) + 0.5 - cx) / fx
+    v = (torch.arange(height, device=device, dtype=torch.float32) + 0.5 - cy) / fy
+    return u, v
+
+
 def unproject(depth: torch.Tensor, sensor: torch.Tensor, heading: torch.Tensor, hfov: float, max_depth: float = 10.0) -> tuple[torch.Tensor, torch.Tensor]:
     """depth (B, H, W) normalised, sensor (B, 3) world positions, heading (B,) -> points
     (B, H*W, 3) in the world frame and a validity mask (B, H*W) (depth and height filters)."""
     B, H, W = depth.shape
-    fx, fy, cx, cy = official_intrinsics(W, H, hfov)
-    dev = depth.device
-    u = (torch.arange(W, device=dev, dtype=torch.float32) + 0.5 - cx) / fx
-    v = (torch.arange(H, device=dev, dtype=torch.float32) + 0.5 - cy) / fy
+    u, v = pixel_rays(W, H, hfov, depth.device)
     d = depth.float() * max_depth
     xc = d * u[None, None, :]
     yc = d * v[None, :, None]

@@ -1,30 +1,76 @@
 """The per-stream 2.5D "keep highest" world memory at 5 cm (SPEC §6.5, §6.12).
 
 Each stream (keyed by a stable id, never by batch slot) owns a dense square grid of
-``world_extent`` metres centred where it was (re)started. A cell keeps the highest point
-that fell in it: its exact (x, y, z) and its label; ties in y go to the larger (x, z, label).
-An update is a handful of vectorised ``scatter_reduce`` passes over the new points plus the
-touched cells' current contents (O(pixels), independent of how much was mapped before);
-flat indices use correct strides (slot * cells + row * columns + column), so distinct cells
-never collide (the official id collided: defect P2). Works on CPU or GPU.
+``world_extent`` metres centred where it was (re)started. Cells are those of the official
+global grid: a point falls in column (round(x / cell), round(z / cell)); each stream's grid
+is a window of it, so points share a cell exactly when they would officially. A cell keeps
+the highest point that fell in it: its exact (x, y, z) and its label; ties in y go to the
+larger (x, z, label). Flat indices use correct strides (slot * cells + row * columns +
+column), so distinct cells never collide (the official id collided: defect P2).
+
+Two backends give the same memory: ``torch`` (a handful of vectorised ``scatter_reduce``
+passes over the new points plus the touched cells, O(pixels); any device) and ``numba``
+(fused single-pass CPU kernels, ``kernels.py``). ``auto`` picks numba on CPU, torch elsewhere.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
+from ivln_ce.mapping import kernels
+from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW, DEPTH_MAX, DEPTH_MIN, pixel_rays, unproject
+
 NEG = float("-inf")
+BACKENDS = ("auto", "torch", "numba")
+
+
+def _f32(v: float) -> np.float32:
+    return np.float32(v)
+
+
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None
+
+
+def split_streams(batch: int, run, min_per_thread: int = 1) -> None:
+    """Call ``run(b0, b1)`` on contiguous batch ranges, on up to ``torch.get_num_threads()``
+    threads (the calling thread takes the first range).
+
+    The numba kernels release the GIL and each stream owns its grid rows, so ranges of
+    streams never race; the pool is rebuilt if the thread count or the process changes."""
+    global _POOL
+    threads = min(batch // max(1, min_per_thread), torch.get_num_threads())
+    if threads <= 1:
+        run(0, batch)
+        return
+    if _POOL is None or _POOL[0] != os.getpid() or _POOL[1] != threads:
+        _POOL = (os.getpid(), threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="ivln-mapper"))
+    bounds = [round(i * batch / threads) for i in range(threads + 1)]
+    futures = [_POOL[2].submit(run, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
+    run(bounds[0], bounds[1])
+    for f in futures:
+        f.result()
 
 
 class WorldGrid:
-    def __init__(self, extent: float = 60.0, cell: float = 0.05, device: str | torch.device = "cpu"):
+    def __init__(self, extent: float = 60.0, cell: float = 0.05, device: str | torch.device = "cpu", backend: str = "auto"):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown mapping backend {backend!r}; choose one of {BACKENDS}")
         self.cell = cell
         self.n = int(math.ceil(extent / cell))
         self.device = torch.device(device)
+        if backend == "auto":
+            backend = "numba" if self.device.type == "cpu" else "torch"
+        if backend == "numba" and self.device.type != "cpu":
+            raise ValueError(f"the numba mapping backend runs on CPU only, not on {self.device}")
+        self.backend = backend
         self.slots: dict[str, int] = {}
-        self.origin = torch.zeros(0, 2, device=self.device)  # (S, 2) world (x, z) of cell (0, 0)
+        #: (S, 2) global (column, row) index of each slot's local cell (0, 0)
+        self.origin = torch.zeros(0, 2, dtype=torch.long, device=self.device)
         self.y = torch.zeros(0, self.n * self.n, device=self.device)
         self.x = torch.zeros_like(self.y)
         self.z = torch.zeros_like(self.y)
@@ -39,7 +85,7 @@ class WorldGrid:
                 self.slots[stream] = free[0]
             else:
                 k = len(self.origin)
-                self.origin = torch.cat([self.origin, torch.zeros(1, 2, device=self.device)])
+                self.origin = torch.cat([self.origin, torch.zeros(1, 2, dtype=torch.long, device=self.device)])
                 self.y = torch.cat([self.y, torch.full((1, self.n * self.n), NEG, device=self.device)])
                 self.x = torch.cat([self.x, torch.zeros(1, self.n * self.n, device=self.device)])
                 self.z = torch.cat([self.z, torch.zeros(1, self.n * self.n, device=self.device)])
@@ -51,9 +97,12 @@ class WorldGrid:
         """Empty the stream's memory and centre its grid on ``centre_xz``."""
         k = self._slot(stream)
         self.y[k] = NEG
+        self.x[k] = 0
+        self.z[k] = 0
         self.label[k] = 0
-        half = self.n * self.cell / 2
-        self.origin[k] = torch.as_tensor([float(centre_xz[0]) - half, float(centre_xz[1]) - half], device=self.device)
+        half = self.n // 2
+        self.origin[k, 0] = round(float(centre_xz[0]) / self.cell) - half
+        self.origin[k, 1] = round(float(centre_xz[1]) / self.cell) - half
 
     def drop(self, stream: str) -> None:
         """Forget a finished stream (its slot is reused)."""
@@ -62,16 +111,68 @@ class WorldGrid:
     def has(self, stream: str) -> bool:
         return stream in self.slots
 
+    def _slot_tensor(self, streams: list[str]) -> torch.Tensor:
+        return torch.from_numpy(self.slot_array(streams)).to(self.device)
+
+    def slot_array(self, streams: list[str]) -> np.ndarray:
+        """Grid rows of the batch's streams (a stream may appear once per batch)."""
+        slots = np.fromiter((self.slots[s] for s in streams), dtype=np.int64, count=len(streams))
+        if len(np.unique(slots)) != len(slots):
+            raise ValueError(f"a batch names a stream twice: {streams}")
+        return slots
+
+    def _arrays(self):
+        """numpy views of the state (CPU), for the numba kernels (writes go to the tensors)."""
+        key = (self.origin.data_ptr(), self.y.data_ptr(), len(self.origin))
+        if getattr(self, "_views_key", None) != key:
+            self._views = (self.origin.numpy(), self.y.numpy(), self.x.numpy(), self.z.numpy(), self.label.numpy())
+            self._views_key = key
+        return self._views
+
     # ------------------------------------------------------------------ update
+    def integrate(self, streams: list[str], depth: torch.Tensor, labels: torch.Tensor, sensor: torch.Tensor, heading: torch.Tensor, hfov: float, max_depth: float = 10.0) -> None:
+        """Unproject (B, H, W) normalised depth from (B, 3) sensor positions and (B,) headings,
+        apply the capture filters and integrate with (B, H, W) labels."""
+        if self.backend == "torch":
+            pts, valid = unproject(depth, sensor, heading, hfov, max_depth)
+            self.update(streams, pts, labels.reshape(len(streams), -1), valid)
+            return
+        B, H, W = depth.shape
+        u, v = (t.numpy() for t in pixel_rays(W, H, hfov, torch.device("cpu")))
+        h = heading.detach().cpu().float().reshape(-1)
+        d = depth.detach().cpu().float().contiguous().numpy()
+        lab = labels.detach().cpu().to(torch.uint8).contiguous().numpy()
+        sen = sensor.detach().cpu().float().contiguous().numpy()
+        cos, sin = torch.cos(h).numpy(), torch.sin(h).numpy()
+        slots = self.slot_array(streams)
+        origin, Y, X, Z, L = self._arrays()
+        consts = (_f32(max_depth), _f32(DEPTH_MIN), _f32(DEPTH_MAX), _f32(BAND_BELOW), _f32(BAND_ABOVE), _f32(self.cell))
+        dropped = [0] * B
+
+        def run(b0: int, b1: int) -> None:
+            dropped[b0] = kernels.integrate_depth(
+                d[b0:b1], lab[b0:b1], u, v, sen[b0:b1], cos[b0:b1], sin[b0:b1], *consts, slots[b0:b1], origin, self.n, Y, X, Z, L
+            )
+
+        split_streams(B, run)
+        self.dropped_points += sum(dropped)
+
     def update(self, streams: list[str], points: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
-        """Integrate (B, P, 3) points with (B, P) labels where ``valid`` (B, P)."""
-        slots = torch.tensor([self.slots[s] for s in streams], device=self.device)
+        """Integrate (B, P, 3) world points with (B, P) labels where ``valid`` (B, P)."""
+        if self.backend == "numba":
+            origin, Y, X, Z, L = self._arrays()
+            self.dropped_points += kernels.integrate_points(
+                points.detach().cpu().float().contiguous().numpy(), labels.detach().cpu().to(torch.uint8).contiguous().numpy(),
+                valid.detach().cpu().bool().contiguous().numpy(), _f32(self.cell), self.slot_array(streams), origin, self.n, Y, X, Z, L,
+            )
+            return
+        slots = self._slot_tensor(streams)
         valid = valid.to(self.device)
         pts = points.to(self.device)[valid].float()
         lab = labels.to(self.device)[valid].float()
         slot = slots[:, None].expand(valid.shape)[valid]
-        rel = (pts[:, [0, 2]] - self.origin[slot]) / self.cell
-        col, row = torch.floor(rel[:, 0]).long(), torch.floor(rel[:, 1]).long()
+        cells = torch.round(pts[:, [0, 2]] / self.cell).long() - self.origin[slot]
+        col, row = cells[:, 0], cells[:, 1]
         inside = (col >= 0) & (col < self.n) & (row >= 0) & (row < self.n)
         self.dropped_points += int((~inside).sum())
         if not bool(inside.all()):
@@ -119,11 +220,10 @@ class WorldGrid:
         """Cells within ``radius`` (square window) of each centre: (B, K) x, y, z, label (y = -inf: empty)."""
         r = int(math.ceil(radius / self.cell)) + 1
         offs = torch.arange(-r, r + 1, device=self.device)
-        slots = torch.tensor([self.slots[s] for s in streams], device=self.device)
-        rel = (centres[:, [0, 2]].to(self.device).float() - self.origin[slots]) / self.cell
-        c0, r0 = torch.floor(rel[:, 0]).long(), torch.floor(rel[:, 1]).long()
-        rows = (r0[:, None] + offs[None]).clamp(0, self.n - 1)
-        cols = (c0[:, None] + offs[None]).clamp(0, self.n - 1)
+        slots = self._slot_tensor(streams)
+        c = torch.round(centres[:, [0, 2]].to(self.device).float() / self.cell).long() - self.origin[slots]
+        rows = (c[:, 1:2] + offs[None]).clamp(0, self.n - 1)
+        cols = (c[:, 0:1] + offs[None]).clamp(0, self.n - 1)
         flat = (rows[:, :, None] * self.n + cols[:, None, :]).reshape(len(streams), -1)
         sl = slots[:, None].expand_as(flat)
         return self.x[sl, flat], self.y[sl, flat], self.z[sl, flat], self.label[sl, flat]

@@ -636,12 +636,19 @@ def _windows(f: _Furnisher, layout: HouseLayout) -> None:
             f.add("window", room.index, [pr.local(side, u0, u0 + w, -t - 0.001, 0.02, 0.9, 2.1)])
 
 
-def generate_house(seed: int, name: str | None = None) -> HouseLayout:
-    """A furnished single-floor house; identical for identical seeds."""
+def generate_house(seed: int, name: str | None = None, size: tuple[float, float] | None = None) -> HouseLayout:
+    """A furnished single-floor house; identical for identical seeds. ``size`` (width, depth)
+    in metres overrides the random 8-22 x 8-18 m footprint (e.g. a building-scale 40 x 30 m
+    for benchmarks); room count then follows the area (one room per ~16 m^2)."""
     rng = np.random.default_rng(seed)
     width = round(float(rng.uniform(8.0, 22.0)), 2)
     depth = round(float(rng.uniform(8.0, 18.0)), 2)
     target = int(np.clip(round(width * depth / 16.0), 5, 14))
+    if size is not None:
+        width, depth = float(size[0]), float(size[1])
+        if min(width, depth) < 4.0:
+            raise ValueError(f"house size {size}: both sides must be at least 4 m")
+        target = max(5, round(width * depth / 16.0))
     for _ in range(50):
         rects = _split_rooms(rng, width, depth, target)
         types = _assign_types(rng, rects)

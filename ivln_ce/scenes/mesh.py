@@ -299,7 +299,7 @@ def load_scene(glb: str | Path) -> Scene:
     return Scene(layout, mesh, glb)
 
 
-def generated_scene(seed: int) -> Scene:
-    """Build a house in memory (no files)."""
-    layout = generate_house(seed)
+def generated_scene(seed: int, size: tuple[float, float] | None = None) -> Scene:
+    """Build a house in memory (no files); ``size`` as in ``generate_house``."""
+    layout = generate_house(seed, size=size)
     return Scene(layout, layout_mesh(layout))

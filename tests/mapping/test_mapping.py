@@ -6,12 +6,18 @@ import pytest
 torch = pytest.importorskip("torch", reason="the mapper runs on torch")
 
 from ivln_ce.config import load_config  # noqa: E402
-from ivln_ce.mapping.egocentric import render  # noqa: E402
-from ivln_ce.mapping.mapper import KnownMaps, Mapper, build_known_map  # noqa: E402
+from ivln_ce.mapping.egocentric import map_tensor, render  # noqa: E402
+from ivln_ce.mapping.known import KnownMaps, build_known_map, known_map_of_scene, sample_triangles  # noqa: E402
+from ivln_ce.mapping.mapper import Mapper  # noqa: E402
 from ivln_ce.mapping.projection import official_intrinsics, unproject  # noqa: E402
 from ivln_ce.mapping.world_grid import WorldGrid  # noqa: E402
 
 HFOV = math.radians(90)
+
+
+@pytest.fixture(params=["torch", "numba"])
+def backend(request):
+    return request.param
 
 
 def frame(depth_m, label, size=64):
@@ -71,22 +77,39 @@ def test_rotation_puts_world_points_where_the_agent_looks():
     assert torch.nonzero(occ[0]).tolist() == [[32, 12]]
 
 
-def test_keep_highest_picks_the_top_label_with_deterministic_ties():
-    g = WorldGrid()
+def test_keep_highest_picks_the_top_label_with_deterministic_ties(backend):
+    g = WorldGrid(backend=backend)
     g.reset("s", [0.0, 0.0])
-    pts = torch.tensor([[[0.01, 0.5, 0.01], [0.02, 1.2, 0.02], [0.03, 0.9, 0.03]]])
+    # all in the cell round(x / 0.05) = round(z / 0.05) = 0
+    pts = torch.tensor([[[0.01, 0.5, 0.01], [0.02, 1.2, 0.02], [-0.02, 0.9, 0.003]]])
     g.update(["s"], pts, torch.tensor([[1, 4, 7]]), torch.ones(1, 3, dtype=torch.bool))
     xyz, lab = g.points("s")
     assert lab.tolist() == [4] and xyz[0, 1].item() == pytest.approx(1.2)
     # equal heights later: the larger (x, z, label) wins, independent of order
-    g.update(["s"], torch.tensor([[[0.015, 1.2, 0.04], [0.04, 1.2, 0.0]]]), torch.tensor([[9, 2]]), torch.ones(1, 2, dtype=torch.bool))
+    g.update(["s"], torch.tensor([[[0.015, 1.2, 0.024], [0.024, 1.2, 0.0]]]), torch.tensor([[9, 2]]), torch.ones(1, 2, dtype=torch.bool))
     xyz, lab = g.points("s")
-    assert lab.tolist() == [2] and xyz[0, 0].item() == pytest.approx(0.04)
+    assert lab.tolist() == [2] and xyz[0, 0].item() == pytest.approx(0.024)
+    # equal (y, x, z): the larger label wins
+    g.update(["s"], torch.tensor([[[0.024, 1.2, 0.0], [0.024, 1.2, 0.0]]]), torch.tensor([[1, 3]]), torch.ones(1, 2, dtype=torch.bool))
+    assert g.points("s")[1].tolist() == [3]
 
 
-def test_world_grid_agrees_with_a_slow_whole_cloud_reference():
+def test_cells_are_those_of_the_official_global_grid(backend):
+    """Two points share a memory cell iff round(x / 0.05) and round(z / 0.05) agree, wherever
+    the stream's grid was centred."""
+    for centre in ([0.0, 0.0], [0.013, -1.31], [3.0251, 1.1]):
+        g = WorldGrid(extent=8.0, backend=backend)
+        g.reset("s", centre)
+        xs = [0.024, 0.026, 0.074, 0.076, 1.0, 1.02]  # cells 0, 1, 1, 2, 20, 20
+        pts = torch.tensor([[[x, 1.0, 0.0] for x in xs]])
+        g.update(["s"], pts, torch.ones(1, len(xs), dtype=torch.uint8), torch.ones(1, len(xs), dtype=torch.bool))
+        kept = sorted(round(v, 3) for v in g.points("s")[0][:, 0].tolist())
+        assert kept == [0.024, 0.074, 0.076, 1.02], centre
+
+
+def test_world_grid_agrees_with_a_slow_whole_cloud_reference(backend):
     rng = np.random.default_rng(0)
-    g = WorldGrid(extent=8.0, cell=0.05)
+    g = WorldGrid(extent=8.0, cell=0.05, backend=backend)
     g.reset("a", [0.0, 0.0])
     g.reset("b", [1.0, 1.0])
     cloud = {"a": [], "b": []}
@@ -99,11 +122,11 @@ def test_world_grid_agrees_with_a_slow_whole_cloud_reference():
             g.update([s], torch.from_numpy(pts)[None], torch.from_numpy(labels)[None], torch.ones(1, 400, dtype=torch.bool))
     for s, origin in (("a", (0.0, 0.0)), ("b", (1.0, 1.0))):
         best = {}
-        ox, oz = origin[0] - 4.0, origin[1] - 4.0
+        ox, oz = round(origin[0] / 0.05) - 80, round(origin[1] / 0.05) - 80  # global index of local cell 0
         for pts, labels in cloud[s]:
             for p, l in zip(pts, labels):
-                key = (math.floor((p[0] - ox) / 0.05), math.floor((p[2] - oz) / 0.05))
-                if not (0 <= key[0] < 160 and 0 <= key[1] < 160):
+                key = (round(float(p[0] / np.float32(0.05))), round(float(p[2] / np.float32(0.05))))
+                if not (0 <= key[0] - ox < 160 and 0 <= key[1] - oz < 160):
                     continue
                 cand = (float(p[1]), float(p[0]), float(p[2]), int(l))
                 if key not in best or cand > best[key]:
@@ -130,35 +153,84 @@ def test_episodic_and_iterative_resets_follow_the_signals():
         assert out["map"].shape == (1, 14, 64, 64)
 
 
-def test_known_map_equals_the_exhaustive_visit_and_is_read_once(tmp_path):
+def _columns(xyz):
+    return {tuple(c): i for i, c in enumerate(np.rint(xyz[:, [0, 2]] / np.float32(0.05)).astype(np.int64).tolist())}
+
+
+def test_known_map_from_the_mesh_equals_the_exhaustive_visit_within_tolerance(tmp_path):
+    """GT known map straight from the labelled mesh vs the map an exhaustive visit accumulates.
+
+    Stated tolerance: every column the visit maps is in the mesh map (>= 99.5 %) with the same
+    label (>= 99 %) and the same top height (within 1 cm, >= 95 %); the visit sees >= 80 % of
+    the mesh map's columns (the rest face the sensor height but are hidden from every lattice
+    viewpoint, e.g. behind furniture); egocentric occupancy IoU has median >= 0.8.
+    Measured when written (seed 3, 128^2, 1 m lattice, 12 views): 100 %, 99.96 %, 5 mm at the
+    5th percentile, 86.6 %, median IoU 0.86."""
     from ivln_ce.scenes.mesh import generated_scene
     from ivln_ce.sim.embedded import EmbeddedSimulator
 
-    cfg = load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"] + [f"simulator.{n}.{d}=48" for n in ("depth", "semantic") for d in ("width", "height")])
+    cfg = load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"] + [f"simulator.{n}.{d}=128" for n in ("depth", "semantic") for d in ("width", "height")])
     sim = EmbeddedSimulator(cfg.simulator)
-    sim.load_scene_object(generated_scene(3))
+    scene = generated_scene(3)
+    sim.load_scene_object(scene)
+    xyz_m, lab_m = known_map_of_scene(scene, sim.nav.floor_y)
     known = KnownMaps(tmp_path, "gt_semantics")
-    build_known_map(sim, "house3", known, spacing=3.0, turns=6)
-    xyz, sem = known.get("house3")
-    assert len(xyz) > 500 and set(sem.unique().tolist()) - {0}
-    # the same visit integrated online gives the same memory: rebuild and compare point sets
-    again = KnownMaps(tmp_path / "again", "gt_semantics")
-    build_known_map(sim, "house3", again, spacing=3.0, turns=6)
-    x2, s2 = again.get("house3")
-    assert torch.equal(torch.sort(xyz[:, 1]).values, torch.sort(x2[:, 1]).values) and torch.equal(torch.sort(sem).values, torch.sort(s2).values)
-    # known mode loads it at tour starts, from the in-memory cache
-    m = Mapper(load_config(None, ["mapping.mode=known"]).mapping, known_maps=known)
-    p = sim.sample_navigable_point(np.random.default_rng(0))
-    obs = {"position": torch.tensor(p, dtype=torch.float32)[None], "heading": torch.zeros(1), "depth": torch.zeros(1, 48, 48, 1)}
-    a = m(["s"], obs, torch.tensor([True]), torch.tensor([True]), scans=["house3"])
-    b = m(["s"], obs, torch.tensor([True]), torch.tensor([True]), scans=["house3"])
-    assert known.reads == 1 and torch.equal(a["occupancy_map"], b["occupancy_map"]) and a["occupancy_map"].sum() > 50
-    # the loaded map renders exactly like the visit memory it was saved from
+    build_known_map(sim, "house3", known, spacing=1.0, turns=12)
+    xyz_v, lab_v = (t.numpy() for t in known.get("house3"))
+    cm, cv = _columns(xyz_m), _columns(xyz_v)
+    assert len(cm) == len(xyz_m) and len(cv) == len(xyz_v)  # one point per column
+    shared = [(cm[c], i) for c, i in cv.items() if c in cm]
+    assert len(shared) >= 0.995 * len(cv)
+    assert len(shared) >= 0.80 * len(cm)
+    im, iv = np.array(shared).T
+    assert np.mean(lab_m[im] == lab_v[iv]) >= 0.99
+    assert np.mean(np.abs(xyz_m[im, 1] - xyz_v[iv, 1]) <= 0.01) >= 0.95
+    assert {int(v) for v in np.unique(lab_m)} >= {0, 3, 6, 7, 8}  # void, bed, sofa, table, chair at least
+    # band: nothing below eye - 1.0 or above eye + 0.5
+    assert xyz_m[:, 1].min() > 0.25 and xyz_m[:, 1].max() < 1.75
     g = WorldGrid()
-    g.load_points("v", xyz, sem)
-    sensor = torch.tensor(p + np.array([0, 1.25, 0]), dtype=torch.float32)[None]
-    occ, s = render(g, ["v"], sensor, torch.zeros(1))
-    assert torch.equal(occ, a["occupancy_map"]) and torch.equal(s, a["semantic_map"])
+    g.load_points("m", torch.from_numpy(xyz_m), torch.from_numpy(lab_m))
+    g.load_points("v", torch.from_numpy(xyz_v), torch.from_numpy(lab_v))
+    rng, ious = np.random.default_rng(0), []
+    for _ in range(20):
+        p, h = sim.nav.sample_point(rng, sim.nav.largest_island()), torch.tensor([float(rng.uniform(-3, 3))])
+        sensor = torch.tensor(p + [0, 1.25, 0], dtype=torch.float32)[None]
+        om, ov = render(g, ["m"], sensor, h)[0], render(g, ["v"], sensor, h)[0]
+        ious.append((om & ov).sum().item() / max((om | ov).sum().item(), 1))
+    assert np.median(ious) >= 0.8
+
+
+def test_triangle_sampling_covers_every_column_it_crosses():
+    tri = np.array([[[0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]])
+    pts, owner = sample_triangles(tri, 0.02)
+    assert (owner == 0).all() and np.allclose(pts[:, 1], 1.0)
+    assert (pts[:, 0] >= -1e-9).all() and (pts[:, 2] >= -1e-9).all() and (pts[:, 0] + pts[:, 2] <= 1 + 1e-9).all()
+    got = {(int(i), int(j)) for i, j in np.floor(pts[:, [0, 2]] / 0.05 + 1e-9).astype(int)}
+    # every 5 cm square whose lower-left corner lies inside the triangle holds a sample
+    want = {(i, j) for i in range(20) for j in range(20) if (i + j) * 0.05 <= 1.0 - 1e-9}
+    assert want <= got
+
+
+def test_known_maps_are_loaded_at_tour_starts_from_a_cache(tmp_path):
+    known = KnownMaps(tmp_path, "gt_semantics")
+    xyz = np.array([[1.0, 1.0, -1.0], [0.0, 0.9, -2.0], [-1.5, 1.2, 0.5]], np.float32)
+    known.save("scan", xyz, np.array([3, 0, 8], np.uint8))
+    assert sorted(p.name for p in (tmp_path / "gt_semantics").iterdir()) == ["scan.npz"]  # no temporary left
+    m = Mapper(load_config(None, ["mapping.mode=known"]).mapping, known_maps=known)
+    obs = {"position": torch.zeros(1, 3), "heading": torch.zeros(1), "depth": torch.zeros(1, 8, 8, 1)}
+    yes, no = torch.tensor([True]), torch.tensor([False])
+    a = m(["s"], obs, yes, yes, scans=["scan"])
+    assert set(map(tuple, torch.nonzero(a["occupancy_map"][0]).tolist())) == {(22, 42), (12, 32), (37, 17)}
+    assert a["semantic_map"][0, 22, 42] == 3 and a["semantic_map"][0, 37, 17] == 8 and a["semantic_map"][0, 12, 32] == 0
+    near = dict(obs, depth=torch.full((1, 8, 8, 1), 0.1))  # observations are ignored in known mode
+    b = m(["s"], near, yes, no, scans=["scan"])
+    c = m(["s"], obs, no, yes, scans=["scan"])
+    assert known.reads == 1 and torch.equal(a["occupancy_map"], b["occupancy_map"]) and torch.equal(a["map"], c["map"])
+    np.savez(tmp_path / "gt_semantics" / "bad.npz", points=xyz)
+    with pytest.raises(ValueError, match="bad.npz.*lacks"):
+        known.get("bad")
+    with pytest.raises(FileNotFoundError, match="missing"):
+        known.get("missing")
 
 
 def test_streams_are_independent_and_keyed_by_id():
@@ -171,3 +243,58 @@ def test_streams_are_independent_and_keyed_by_id():
     assert torch.equal(occ_ba[1], occ_a[0]) and occ_ba[0].sum() == 0
     g.drop("a")
     assert not g.has("a") and g.has("b")
+
+
+def test_numba_and_torch_backends_build_the_same_memory_and_maps():
+    """The fused CPU kernels against the vectorised torch path, on rendered frames of a
+    generated house (real depth edges, many equal heights), four streams at a time."""
+    from ivln_ce.scenes.mesh import generated_scene
+    from ivln_ce.sim.base import MOVE_FORWARD, TURN_LEFT
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    cfg = load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"] + [f"simulator.{n}.{d}=96" for n in ("depth", "semantic") for d in ("width", "height")])
+    sim = EmbeddedSimulator(cfg.simulator)
+    sim.load_scene_object(generated_scene(5))
+    rng = np.random.default_rng(1)
+    poses = [(sim.sample_navigable_point(rng), float(rng.uniform(-3, 3))) for _ in range(4)]
+    grids = {b: WorldGrid(extent=30.0, backend=b) for b in ("torch", "numba")}
+    streams = ["a", "b", "c", "d"]
+    for g in grids.values():
+        for s, (p, _) in zip(streams, poses):
+            g.reset(s, [p[0], p[2]])
+    for step in range(12):
+        frames = []
+        for i, (p, h) in enumerate(poses):
+            sim.set_agent_state(p, h)
+            o = sim.step(int(rng.choice([MOVE_FORWARD, MOVE_FORWARD, TURN_LEFT]))).observations
+            poses[i] = (o.position.copy(), o.heading)
+            frames.append(o)
+        depth = torch.from_numpy(np.stack([o.depth[..., 0] for o in frames]))
+        labels = torch.from_numpy(np.stack([o.semantic12 for o in frames]))
+        sensor = torch.tensor(np.stack([o.position + [0, 1.25, 0] for o in frames]), dtype=torch.float32)
+        heading = torch.tensor([o.heading for o in frames], dtype=torch.float32)
+        order = streams if step % 2 else streams[::-1]  # batch slots change, streams do not
+        perm = [streams.index(s) for s in order]
+        maps = {}
+        for b, g in grids.items():
+            g.integrate(order, depth[perm], labels[perm], sensor[perm], heading[perm], math.radians(90))
+            maps[b] = render(g, order, sensor[perm], heading[perm])
+        assert torch.equal(maps["torch"][0], maps["numba"][0]) and torch.equal(maps["torch"][1], maps["numba"][1])
+    t, n = grids["torch"], grids["numba"]
+    assert torch.equal(t.y, n.y) and torch.equal(t.label, n.label)
+    filled = t.y > float("-inf")
+    assert torch.equal(t.x[filled], n.x[filled]) and torch.equal(t.z[filled], n.z[filled])
+    assert filled.sum() > 2000 and t.dropped_points == n.dropped_points
+    assert maps["numba"][0].sum() > 0 and maps["numba"][1].max() > 0
+
+
+def test_map_tensor_is_occupancy_then_one_hot_classes():
+    occ = torch.tensor([[[1, 0], [0, 1]]], dtype=torch.uint8)
+    sem = torch.tensor([[[0, 12], [5, 5]]], dtype=torch.uint8)
+    m = map_tensor(occ, sem)
+    assert m.shape == (1, 14, 2, 2) and m.dtype == torch.float32
+    assert torch.equal(m[0, 0], occ[0].float())
+    assert m[0, 1 + 0, 0, 0] == 1 and m[0, 1 + 12, 0, 1] == 1 and m[0, 1 + 5, 1, 0] == 1 and m[0, 1 + 5, 1, 1] == 1
+    assert torch.equal(m[0, 1:].sum(0), torch.ones(2, 2))  # exactly one class per cell
+    with pytest.raises(ValueError, match="class 13"):
+        map_tensor(occ, torch.full((1, 2, 2), 13, dtype=torch.uint8))
