@@ -66,7 +66,6 @@ def _render_numba(grid: WorldGrid, streams, sensors, headings, size, cell):
     cos, sin = torch.cos(h).numpy(), torch.sin(h).numpy()
     consts = (r, f32(half), f32(cell), f32(RENDER_BELOW), f32(RENDER_ABOVE))
 
-    # one thread: a render is too short for a thread hand-off to pay
     kernels.render_window(slots, origin, grid.n, f32(grid.cell), Y, X, Z, L, sen, cos, sin, *consts, occ, sem)
     return torch.from_numpy(occ), torch.from_numpy(sem)
 

@@ -16,6 +16,7 @@ Semantics come from the simulator's 13-class labels (``gt``) or any segmenter ca
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -24,6 +25,8 @@ from ivln_ce.config import MapMode, MappingConfig, SemanticSource, as_dataclass
 from ivln_ce.mapping.egocentric import map_tensor, render
 from ivln_ce.mapping.known import KnownMaps, Segmenter
 from ivln_ce.mapping.world_grid import WorldGrid
+
+log = logging.getLogger(__name__)
 
 
 class Mapper:
@@ -47,6 +50,7 @@ class Mapper:
         if self.cfg.semantics == SemanticSource.rednet and segmenter is None:
             raise ValueError("mapping.semantics=rednet needs a segmenter")
         self.device = torch.device(device)
+        self._warned_extent = False
 
     def _semantics(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.cfg.semantics == SemanticSource.gt:
@@ -80,7 +84,12 @@ class Mapper:
         if mode != MapMode.known:
             depth = obs["depth"].to(self.device)[..., 0]
             labels = self._semantics(obs).to(self.device)
+            before = self.grid.dropped_points
             self.grid.integrate(streams, depth, labels.reshape(depth.shape), sensor, heading, self.hfov, self.max_depth)
+            if self.grid.dropped_points > before and not self._warned_extent:
+                self._warned_extent = True
+                log.warning("mapping: %d points fell outside the %.0f m world grid of their stream and were dropped; "
+                            "raise mapping.world_extent for scenes this large", self.grid.dropped_points - before, self.cfg.world_extent)
         occ, sem = render(self.grid, streams, sensor, heading, self.cfg.map_size, self.cfg.map_cell)
         return {"occupancy_map": occ, "semantic_map": sem, "map": map_tensor(occ, sem)}
 

@@ -16,8 +16,6 @@ passes over the new points plus the touched cells, O(pixels); any device) and ``
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -31,29 +29,6 @@ BACKENDS = ("auto", "torch", "numba")
 
 def _f32(v: float) -> np.float32:
     return np.float32(v)
-
-
-_POOL: tuple[int, int, ThreadPoolExecutor] | None = None
-
-
-def split_streams(batch: int, run, min_per_thread: int = 1) -> None:
-    """Call ``run(b0, b1)`` on contiguous batch ranges, on up to ``torch.get_num_threads()``
-    threads (the calling thread takes the first range).
-
-    The numba kernels release the GIL and each stream owns its grid rows, so ranges of
-    streams never race; the pool is rebuilt if the thread count or the process changes."""
-    global _POOL
-    threads = min(batch // max(1, min_per_thread), torch.get_num_threads())
-    if threads <= 1:
-        run(0, batch)
-        return
-    if _POOL is None or _POOL[0] != os.getpid() or _POOL[1] != threads:
-        _POOL = (os.getpid(), threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="ivln-mapper"))
-    bounds = [round(i * batch / threads) for i in range(threads + 1)]
-    futures = [_POOL[2].submit(run, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
-    run(bounds[0], bounds[1])
-    for f in futures:
-        f.result()
 
 
 class WorldGrid:
@@ -76,6 +51,22 @@ class WorldGrid:
         self.z = torch.zeros_like(self.y)
         self.label = torch.zeros(0, self.n * self.n, dtype=torch.uint8, device=self.device)
         self.dropped_points = 0
+        #: per slot, the (row0, row1, col0, col1) box of cells written since its last reset
+        self._touched: dict[int, tuple[int, int, int, int] | None] = {}
+
+    def _touch(self, slots: np.ndarray, lo_xz: np.ndarray, hi_xz: np.ndarray) -> None:
+        """Record that slots[i] may have been written within world (x, z) box lo_xz[i]..hi_xz[i]."""
+        origin = self._arrays()[0]
+        for k, lo, hi in zip(slots.tolist(), lo_xz, hi_xz):
+            c0, r0 = (np.floor(lo / self.cell).astype(np.int64) - 1 - origin[k]).tolist()
+            c1, r1 = (np.ceil(hi / self.cell).astype(np.int64) + 1 - origin[k]).tolist()
+            box = (max(r0, 0), min(r1, self.n - 1), max(c0, 0), min(c1, self.n - 1))
+            old = self._touched.get(k, "all")
+            if old == "all":
+                continue
+            if old is not None:
+                box = (min(box[0], old[0]), max(box[1], old[1]), min(box[2], old[2]), max(box[3], old[3]))
+            self._touched[k] = box
 
     # ------------------------------------------------------------------ streams
     def _slot(self, stream: str) -> int:
@@ -94,12 +85,19 @@ class WorldGrid:
         return self.slots[stream]
 
     def reset(self, stream: str, centre_xz) -> None:
-        """Empty the stream's memory and centre its grid on ``centre_xz``."""
+        """Empty the stream's memory and centre its grid on ``centre_xz``.
+
+        Only the rows and columns written since the last reset are cleared (an empty cell is
+        y = -inf; x, z and label are never read there), so frequent resets (episodic maps clear
+        at every oracle step) cost the area mapped, not the whole grid."""
         k = self._slot(stream)
-        self.y[k] = NEG
-        self.x[k] = 0
-        self.z[k] = 0
-        self.label[k] = 0
+        box = self._touched.pop(k, "all")
+        if box == "all":
+            self.y[k] = NEG
+        elif box is not None:
+            r0, r1, c0, c1 = box
+            self.y[k].view(self.n, self.n)[r0 : r1 + 1, c0 : c1 + 1] = NEG
+        self._touched[k] = None
         half = self.n // 2
         self.origin[k, 0] = round(float(centre_xz[0]) / self.cell) - half
         self.origin[k, 1] = round(float(centre_xz[1]) / self.cell) - half
@@ -137,7 +135,7 @@ class WorldGrid:
             pts, valid = unproject(depth, sensor, heading, hfov, max_depth)
             self.update(streams, pts, labels.reshape(len(streams), -1), valid)
             return
-        B, H, W = depth.shape
+        H, W = depth.shape[1:]
         u, v = (t.numpy() for t in pixel_rays(W, H, hfov, torch.device("cpu")))
         h = heading.detach().cpu().float().reshape(-1)
         d = depth.detach().cpu().float().contiguous().numpy()
@@ -145,20 +143,15 @@ class WorldGrid:
         sen = sensor.detach().cpu().float().contiguous().numpy()
         cos, sin = torch.cos(h).numpy(), torch.sin(h).numpy()
         slots = self.slot_array(streams)
+        reach = max_depth * math.sqrt(1.0 + float(np.abs(u).max()) ** 2)  # farthest horizontal distance of a pixel
+        self._touch(slots, sen[:, [0, 2]] - reach, sen[:, [0, 2]] + reach)
         origin, Y, X, Z, L = self._arrays()
         consts = (_f32(max_depth), _f32(DEPTH_MIN), _f32(DEPTH_MAX), _f32(BAND_BELOW), _f32(BAND_ABOVE), _f32(self.cell))
-        dropped = [0] * B
-
-        def run(b0: int, b1: int) -> None:
-            dropped[b0] = kernels.integrate_depth(
-                d[b0:b1], lab[b0:b1], u, v, sen[b0:b1], cos[b0:b1], sin[b0:b1], *consts, slots[b0:b1], origin, self.n, Y, X, Z, L
-            )
-
-        split_streams(B, run)
-        self.dropped_points += sum(dropped)
+        self.dropped_points += kernels.integrate_depth(d, lab, u, v, sen, cos, sin, *consts, slots, origin, self.n, Y, X, Z, L)
 
     def update(self, streams: list[str], points: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
         """Integrate (B, P, 3) world points with (B, P) labels where ``valid`` (B, P)."""
+        self._touch_points(streams, points, valid)
         if self.backend == "numba":
             origin, Y, X, Z, L = self._arrays()
             self.dropped_points += kernels.integrate_points(
@@ -201,6 +194,16 @@ class WorldGrid:
             fo = fo[keep_o]
         # a winning new point (equal to the old one when both remain) is written to its cell
         X[fc], Z[fc], L[fc] = keys_c[0], keys_c[1], keys_c[2].to(torch.uint8)
+
+    def _touch_points(self, streams: list[str], points: torch.Tensor, valid: torch.Tensor) -> None:
+        if points.shape[1] == 0:
+            return
+        xz = points[..., [0, 2]].float()
+        ok = valid.to(xz.device).bool()[..., None]
+        inf = torch.tensor(float("inf"), device=xz.device)
+        box = torch.cat([torch.where(ok, xz, inf).amin(1), torch.where(ok, xz, -inf).amax(1)], dim=1).cpu().double().numpy()
+        keep = np.isfinite(box).all(axis=1)
+        self._touch(self.slot_array(streams)[keep], box[keep, :2], box[keep, 2:])
 
     def _scratch(self) -> torch.Tensor:
         if getattr(self, "_scratch_buf", None) is None or self._scratch_buf.numel() != self.y.numel():

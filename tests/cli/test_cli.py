@@ -63,3 +63,23 @@ def test_config_show_and_data_validate(real_val_unseen, capsys):
     assert main(["data", "validate", str(real_val_unseen)]) == 0
     out = capsys.readouterr().out
     assert "1839 episodes, 613 paths, 11 scenes" in out and "matches every stored token list" in out
+
+
+def test_known_maps_builds_from_the_mesh_and_resumes(tmp_path, capsys):
+    import numpy as np
+
+    from ivln_ce.mapping.known import KnownMaps
+
+    assert main(["scene", "generate", "--seed", "4", "--out", str(tmp_path / "scenes")]) == 0
+    out = tmp_path / "known"
+    assert main(["known-maps", str(tmp_path / "scenes"), "--out", str(out)]) == 0
+    assert "1 known maps written" in capsys.readouterr().out
+    files = list((out / "gt_semantics").glob("*.npz"))
+    assert [f.stem for f in files] == ["house_00004"]
+    xyz, sem = KnownMaps(out).get("house_00004")
+    assert len(xyz) > 1000 and int(sem.max()) > 0 and np.all(xyz[:, 1].numpy() < 1.75)
+    assert main(["known-maps", str(tmp_path / "scenes"), "--out", str(out)]) == 0
+    again = capsys.readouterr().out
+    assert "0 known maps written" in again and "(1 already there" in again
+    assert main(["known-maps", str(tmp_path / "scenes"), "--out", str(out), "--method", "mesh", "--rednet", "x.pth"]) == 2
+    assert "--method visit" in capsys.readouterr().err

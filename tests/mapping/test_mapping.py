@@ -298,3 +298,52 @@ def test_map_tensor_is_occupancy_then_one_hot_classes():
     assert torch.equal(m[0, 1:].sum(0), torch.ones(2, 2))  # exactly one class per cell
     with pytest.raises(ValueError, match="class 13"):
         map_tensor(occ, torch.full((1, 2, 2), 13, dtype=torch.uint8))
+
+
+def test_a_visit_with_a_segmenter_maps_its_labels_on_the_same_geometry(tmp_path):
+    """Predicted-semantics known maps: the segmenter's labels (here: RGB brightness classes)
+    replace the simulator's, on exactly the columns and heights the GT visit keeps."""
+    from ivln_ce.scenes.mesh import generated_scene
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    cfg = load_config(None, ["simulator.sensors=[rgb,depth,semantic]", "simulator.renderer=auto"] + [f"simulator.{n}.{d}=48" for n in ("rgb", "depth", "semantic") for d in ("width", "height")])
+    sim = EmbeddedSimulator(cfg.simulator)
+    sim.load_scene_object(generated_scene(2))
+    calls = []
+
+    def segmenter(rgb, depth):
+        calls.append((tuple(rgb.shape), tuple(depth.shape)))
+        return (rgb[..., 0] // 64 + 1).to(torch.uint8)  # classes 1..4
+
+    gt, pred = KnownMaps(tmp_path, "gt_semantics"), KnownMaps(tmp_path, "predicted_semantics")
+    build_known_map(sim, "h", gt, spacing=3.0, turns=4)
+    build_known_map(sim, "h", pred, spacing=3.0, turns=4, segmenter=segmenter)
+    (xg, lg), (xp, lp) = gt.get("h"), pred.get("h")
+    assert calls and calls[0] == ((1, 48, 48, 3), (1, 48, 48, 1))
+    order_g, order_p = np.lexsort(xg.numpy().T), np.lexsort(xp.numpy().T)
+    assert torch.equal(xg[order_g], xp[order_p]) and len(xg) > 100
+    assert set(lp.unique().tolist()) <= {1, 2, 3, 4} and not torch.equal(lg[order_g], lp[order_p])
+
+
+def test_points_beyond_the_world_grid_are_counted_and_reported(caplog):
+    m = Mapper(load_config(None, ["mapping.world_extent=4.0"]).mapping)
+    far = {"depth": torch.full((1, 16, 16, 1), 0.35), "position": torch.zeros(1, 3), "heading": torch.zeros(1),
+           "semantic12": torch.ones(1, 16, 16, dtype=torch.uint8)}  # a wall 3.5 m ahead: beyond the 2 m half-extent
+    with caplog.at_level("WARNING"):
+        m(["s"], far, torch.tensor([True]), torch.tensor([True]))
+    assert m.grid.dropped_points > 0 and "raise mapping.world_extent" in caplog.text
+
+
+def test_a_reset_clears_everything_written_since_the_last_one(backend):
+    """Resets clear only the touched box; whatever path wrote the cells, none survives."""
+    rng = np.random.default_rng(3)
+    g = WorldGrid(extent=30.0, backend=backend)
+    for round_ in range(3):
+        g.reset("s", [float(rng.uniform(-2, 2)), float(rng.uniform(-2, 2))])
+        assert not (g.y > float("-inf")).any(), round_
+        pts = torch.from_numpy(rng.uniform(-12, 12, size=(1, 500, 3)).astype(np.float32))
+        g.update(["s"], pts, torch.ones(1, 500, dtype=torch.uint8), torch.ones(1, 500, dtype=torch.bool))
+        depth = torch.from_numpy(rng.uniform(0.02, 0.98, size=(1, 32, 32)).astype(np.float32))
+        sensor = torch.tensor([[float(rng.uniform(-3, 3)), 1.25, float(rng.uniform(-3, 3))]])
+        g.integrate(["s"], depth, torch.ones(1, 32, 32, dtype=torch.uint8), sensor, torch.tensor([float(rng.uniform(-3, 3))]), HFOV)
+        assert (g.y > float("-inf")).sum() > 400
