@@ -46,11 +46,12 @@ def _keep(k, f, x, y, z, lab, Y, X, Z, L):
 
 
 @njit(cache=True, nogil=True)
-def integrate_depth(depth, labels, u, v, sensor, cos, sin, max_depth, dmin, dmax, below, above, cell, slots, origin, n, Y, X, Z, L):
+def integrate_depth(depth, labels, v, ax, az, sensor, max_depth, dmin, dmax, below, above, inv_cell, slots, origin, n, Y, X, Z, L):
     """Unproject (B, H, W) normalised depth with (B, H, W) labels into the grid rows ``slots``.
 
-    ``u`` (W,) and ``v`` (H,) are the camera-ray factors, ``sensor`` (B, 3), ``cos``/``sin``
-    (B,) of the heading; all float32. Returns the number of valid points outside the grid.
+    ``v`` (H,) is the camera-ray row factor, ``ax``/``az`` (B, W) the world (x, z) offsets per
+    metre of depth of each column (``projection.ray_directions``), ``sensor`` (B, 3); all
+    float32. Returns the number of valid points outside the grid.
     """
     B, H, W = depth.shape
     dropped = 0
@@ -58,8 +59,6 @@ def integrate_depth(depth, labels, u, v, sensor, cos, sin, max_depth, dmin, dmax
         k = slots[b]
         sx, sy, sz = sensor[b, 0], sensor[b, 1], sensor[b, 2]
         lo, hi = sy - below, sy + above
-        c, s = cos[b], sin[b]
-        ms = -s
         ox, oz = origin[k, 0], origin[k, 1]
         for i in range(H):
             vi = v[i]
@@ -68,15 +67,13 @@ def integrate_depth(depth, labels, u, v, sensor, cos, sin, max_depth, dmin, dmax
                 if not (dn > dmin and dn < dmax):
                     continue
                 d = dn * max_depth
-                y = -(d * vi) + sy
+                y = sy - d * vi
                 if not (y > lo and y < hi):
                     continue
-                xc = d * u[j]
-                nd = -d
-                x = (c * xc + s * nd) + sx
-                z = (ms * xc + c * nd) + sz
-                gx = _rint(x / cell) - ox
-                gz = _rint(z / cell) - oz
+                x = d * ax[b, j] + sx
+                z = d * az[b, j] + sz
+                gx = _rint(x * inv_cell) - ox
+                gz = _rint(z * inv_cell) - oz
                 if gx < 0 or gx >= n or gz < 0 or gz >= n:
                     dropped += 1
                     continue
@@ -85,7 +82,7 @@ def integrate_depth(depth, labels, u, v, sensor, cos, sin, max_depth, dmin, dmax
 
 
 @njit(cache=True, nogil=True)
-def integrate_points(points, labels, valid, cell, slots, origin, n, Y, X, Z, L):
+def integrate_points(points, labels, valid, inv_cell, slots, origin, n, Y, X, Z, L):
     """Integrate (B, P, 3) float32 world points with (B, P) uint8 labels where ``valid``."""
     B, P = valid.shape
     dropped = 0
@@ -96,8 +93,8 @@ def integrate_points(points, labels, valid, cell, slots, origin, n, Y, X, Z, L):
             if not valid[b, p]:
                 continue
             x, y, z = points[b, p, 0], points[b, p, 1], points[b, p, 2]
-            gx = _rint(x / cell) - ox
-            gz = _rint(z / cell) - oz
+            gx = _rint(x * inv_cell) - ox
+            gz = _rint(z * inv_cell) - oz
             if gx < 0 or gx >= n or gz < 0 or gz >= n:
                 dropped += 1
                 continue

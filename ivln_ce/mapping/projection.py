@@ -26,21 +26,30 @@ def pixel_rays(width: int, height: int, hfov: float, device: torch.device | str 
     return u, v
 
 
+def ray_directions(u: torch.Tensor, heading: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """World (x, z) offset per metre of depth of every image column: (B, W) each.
+
+    p_w = R_y(theta) R_x(pi) (d u, d v, d) + s gives x = d (cos u - sin) + s_x and
+    z = d (-sin u - cos) + s_z; folding the rotation into one factor per column makes a point
+    two multiply-adds (the numba kernel computes the same factors the same way)."""
+    c, s = torch.cos(heading.float())[:, None], torch.sin(heading.float())[:, None]
+    return c * u[None, :] - s, -s * u[None, :] - c
+
+
 def unproject(depth: torch.Tensor, sensor: torch.Tensor, heading: torch.Tensor, hfov: float, max_depth: float = 10.0) -> tuple[torch.Tensor, torch.Tensor]:
     """depth (B, H, W) normalised, sensor (B, 3) world positions, heading (B,) -> points
-    (B, H*W, 3) in the world frame and a validity mask (B, H*W) (depth and height filters)."""
+    (B, H*W, 3) in the world frame and a validity mask (B, H*W) (depth and height filters).
+    Camera frame: x right, y down, z forward; R_x(pi) turns it to (right, up, backward)."""
     B, H, W = depth.shape
     u, v = pixel_rays(W, H, hfov, depth.device)
+    ax, az = ray_directions(u, heading)
     d = depth.float() * max_depth
-    xc = d * u[None, None, :]
-    yc = d * v[None, :, None]
-    # R_x(pi): camera (x right, y down, z forward) -> (x, -y, -z) = (right, up, backward)
-    local = torch.stack([xc, -yc, -d], dim=-1).reshape(B, -1, 3)
-    c, s = torch.cos(heading.float()), torch.sin(heading.float())
-    x = c[:, None] * local[..., 0] + s[:, None] * local[..., 2]
-    z = -s[:, None] * local[..., 0] + c[:, None] * local[..., 2]
-    pts = torch.stack([x, local[..., 1], z], dim=-1) + sensor.float()[:, None, :]
+    sen = sensor.float()
+    x = d * ax[:, None, :] + sen[:, 0, None, None]
+    y = sen[:, 1, None, None] - d * v[None, :, None]
+    z = d * az[:, None, :] + sen[:, 2, None, None]
+    pts = torch.stack([x, y, z], dim=-1).reshape(B, -1, 3)
     dn = depth.reshape(B, -1)
-    sy = sensor[:, 1:2].float()
+    sy = sen[:, 1:2]
     valid = (dn > DEPTH_MIN) & (dn < DEPTH_MAX) & (pts[..., 1] > sy - BAND_BELOW) & (pts[..., 1] < sy + BAND_ABOVE)
     return pts, valid

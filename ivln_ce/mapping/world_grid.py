@@ -2,7 +2,8 @@
 
 Each stream (keyed by a stable id, never by batch slot) owns a dense square grid of
 ``world_extent`` metres centred where it was (re)started. Cells are those of the official
-global grid: a point falls in column (round(x / cell), round(z / cell)); each stream's grid
+global grid: a point falls in column (round(x / cell), round(z / cell)), computed as
+round(x * (1 / cell)) in float32 by both backends; each stream's grid
 is a window of it, so points share a cell exactly when they would officially. A cell keeps
 the highest point that fell in it: its exact (x, y, z) and its label; ties in y go to the
 larger (x, z, label). Flat indices use correct strides (slot * cells + row * columns +
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from ivln_ce.mapping import kernels
-from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW, DEPTH_MAX, DEPTH_MIN, pixel_rays, unproject
+from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW, DEPTH_MAX, DEPTH_MIN, pixel_rays, ray_directions, unproject
 
 NEG = float("-inf")
 BACKENDS = ("auto", "torch", "numba")
@@ -36,6 +37,8 @@ class WorldGrid:
         if backend not in BACKENDS:
             raise ValueError(f"unknown mapping backend {backend!r}; choose one of {BACKENDS}")
         self.cell = cell
+        #: cells per metre, float32: a point's column is round(x * inv_cell) in both backends
+        self.inv_cell = _f32(1.0 / cell)
         self.n = int(math.ceil(extent / cell))
         self.device = torch.device(device)
         if backend == "auto":
@@ -136,18 +139,18 @@ class WorldGrid:
             self.update(streams, pts, labels.reshape(len(streams), -1), valid)
             return
         H, W = depth.shape[1:]
-        u, v = (t.numpy() for t in pixel_rays(W, H, hfov, torch.device("cpu")))
-        h = heading.detach().cpu().float().reshape(-1)
+        u, v = pixel_rays(W, H, hfov, torch.device("cpu"))
+        ax, az = (t.contiguous().numpy() for t in ray_directions(u, heading.detach().cpu().float().reshape(-1)))
+        v = v.numpy()
         d = depth.detach().cpu().float().contiguous().numpy()
         lab = labels.detach().cpu().to(torch.uint8).contiguous().numpy()
         sen = sensor.detach().cpu().float().contiguous().numpy()
-        cos, sin = torch.cos(h).numpy(), torch.sin(h).numpy()
         slots = self.slot_array(streams)
-        reach = max_depth * math.sqrt(1.0 + float(np.abs(u).max()) ** 2)  # farthest horizontal distance of a pixel
+        reach = max_depth * math.sqrt(1.0 + float(u.abs().max()) ** 2)  # farthest horizontal distance of a pixel
         self._touch(slots, sen[:, [0, 2]] - reach, sen[:, [0, 2]] + reach)
         origin, Y, X, Z, L = self._arrays()
-        consts = (_f32(max_depth), _f32(DEPTH_MIN), _f32(DEPTH_MAX), _f32(BAND_BELOW), _f32(BAND_ABOVE), _f32(self.cell))
-        self.dropped_points += kernels.integrate_depth(d, lab, u, v, sen, cos, sin, *consts, slots, origin, self.n, Y, X, Z, L)
+        consts = (_f32(max_depth), _f32(DEPTH_MIN), _f32(DEPTH_MAX), _f32(BAND_BELOW), _f32(BAND_ABOVE), self.inv_cell)
+        self.dropped_points += kernels.integrate_depth(d, lab, v, ax, az, sen, *consts, slots, origin, self.n, Y, X, Z, L)
 
     def update(self, streams: list[str], points: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
         """Integrate (B, P, 3) world points with (B, P) labels where ``valid`` (B, P)."""
@@ -156,7 +159,7 @@ class WorldGrid:
             origin, Y, X, Z, L = self._arrays()
             self.dropped_points += kernels.integrate_points(
                 points.detach().cpu().float().contiguous().numpy(), labels.detach().cpu().to(torch.uint8).contiguous().numpy(),
-                valid.detach().cpu().bool().contiguous().numpy(), _f32(self.cell), self.slot_array(streams), origin, self.n, Y, X, Z, L,
+                valid.detach().cpu().bool().contiguous().numpy(), self.inv_cell, self.slot_array(streams), origin, self.n, Y, X, Z, L,
             )
             return
         slots = self._slot_tensor(streams)
@@ -164,7 +167,7 @@ class WorldGrid:
         pts = points.to(self.device)[valid].float()
         lab = labels.to(self.device)[valid].float()
         slot = slots[:, None].expand(valid.shape)[valid]
-        cells = torch.round(pts[:, [0, 2]] / self.cell).long() - self.origin[slot]
+        cells = torch.round(pts[:, [0, 2]] * float(self.inv_cell)).long() - self.origin[slot]
         col, row = cells[:, 0], cells[:, 1]
         inside = (col >= 0) & (col < self.n) & (row >= 0) & (row < self.n)
         self.dropped_points += int((~inside).sum())

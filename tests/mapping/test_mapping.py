@@ -125,7 +125,7 @@ def test_world_grid_agrees_with_a_slow_whole_cloud_reference(backend):
         ox, oz = round(origin[0] / 0.05) - 80, round(origin[1] / 0.05) - 80  # global index of local cell 0
         for pts, labels in cloud[s]:
             for p, l in zip(pts, labels):
-                key = (round(float(p[0] / np.float32(0.05))), round(float(p[2] / np.float32(0.05))))
+                key = (round(float(p[0] * np.float32(20.0))), round(float(p[2] * np.float32(20.0))))
                 if not (0 <= key[0] - ox < 160 and 0 <= key[1] - oz < 160):
                     continue
                 cand = (float(p[1]), float(p[0]), float(p[2]), int(l))
@@ -154,7 +154,7 @@ def test_episodic_and_iterative_resets_follow_the_signals():
 
 
 def _columns(xyz):
-    return {tuple(c): i for i, c in enumerate(np.rint(xyz[:, [0, 2]] / np.float32(0.05)).astype(np.int64).tolist())}
+    return {tuple(c): i for i, c in enumerate(np.rint(xyz[:, [0, 2]] * np.float32(20.0)).astype(np.int64).tolist())}
 
 
 def test_known_map_from_the_mesh_equals_the_exhaustive_visit_within_tolerance(tmp_path):
