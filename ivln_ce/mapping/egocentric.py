@@ -5,7 +5,9 @@ height lies in the render band (sensor - 1.25, sensor + 0.75), expressed in the 
 (forward = -z, right = +x), and binned at 10 cm: row = round((z + 3.2) / 0.1), col =
 round((x + 3.2) / 0.1). The agent sits at cell (32, 32) facing up (row 0); its right is
 increasing column. Occupancy is 1 where any point lands; the semantic map holds, per cell,
-the label of the highest non-void point (ties: larger label), deterministically.
+the label of the highest non-void point (ties: larger label), deterministically. The torch
+path gathers the window with tensor ops (any device); the numba backend renders with one
+fused loop (``kernels.render_window``) to the same maps.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def render(grid: WorldGrid, streams: list[str], sensors: torch.Tensor, headings:
 
 
 def _render_numba(grid: WorldGrid, streams, sensors, headings, size, cell):
+    """The same maps as the torch path, from the fused CPU kernel."""
     h = headings.detach().cpu().float().reshape(-1)
     occ = np.zeros((len(streams), size, size), dtype=np.uint8)
     sem = np.zeros_like(occ)
@@ -61,12 +64,10 @@ def _render_numba(grid: WorldGrid, streams, sensors, headings, size, cell):
     r = int(math.ceil(half * math.sqrt(2) / grid.cell)) + 1
     origin, Y, X, Z, L = grid._arrays()
     f32 = np.float32
-    slots = grid.slot_array(streams)
-    sen = sensors.detach().cpu().float().contiguous().numpy()
-    cos, sin = torch.cos(h).numpy(), torch.sin(h).numpy()
-    consts = (r, f32(half), f32(cell), f32(RENDER_BELOW), f32(RENDER_ABOVE))
-
-    kernels.render_window(slots, origin, grid.n, f32(grid.cell), Y, X, Z, L, sen, cos, sin, *consts, occ, sem)
+    kernels.render_window(
+        grid.slot_array(streams), origin, grid.n, f32(grid.cell), Y, X, Z, L, sensors.detach().cpu().float().contiguous().numpy(),
+        torch.cos(h).numpy(), torch.sin(h).numpy(), r, f32(half), f32(cell), f32(RENDER_BELOW), f32(RENDER_ABOVE), occ, sem,
+    )
     return torch.from_numpy(occ), torch.from_numpy(sem)
 
 

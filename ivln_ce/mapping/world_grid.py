@@ -59,7 +59,7 @@ class WorldGrid:
 
     def _touch(self, slots: np.ndarray, lo_xz: np.ndarray, hi_xz: np.ndarray) -> None:
         """Record that slots[i] may have been written within world (x, z) box lo_xz[i]..hi_xz[i]."""
-        origin = self._arrays()[0]
+        origin = self.origin.cpu().numpy()  # a view on CPU, a small copy from a GPU
         for k, lo, hi in zip(slots.tolist(), lo_xz, hi_xz):
             c0, r0 = (np.floor(lo / self.cell).astype(np.int64) - 1 - origin[k]).tolist()
             c1, r1 = (np.ceil(hi / self.cell).astype(np.int64) + 1 - origin[k]).tolist()
