@@ -188,8 +188,10 @@ class ModernGLRenderer:
     def __init__(self, mesh: TriangleMesh, backend: str = "egl"):
         import moderngl
 
+        from ivln_ce.sim.gl_context import create_context
+
         self.mesh = mesh
-        self.ctx = moderngl.create_standalone_context(backend=backend)
+        self.ctx = create_context(backend)
         # every mesh is a union of closed, outward-facing boxes seen from outside: cull back faces
         self.ctx.enable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
         self.prog = self.ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)

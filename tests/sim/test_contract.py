@@ -19,9 +19,9 @@ BACKENDS = ["embedded-moderngl", "embedded-embree", "habitat"]
 
 def _egl_available():
     try:
-        import moderngl
+        from ivln_ce.sim.gl_context import create_context
 
-        moderngl.create_standalone_context(backend="egl").release()
+        create_context("egl").release()
         return True
     except Exception:
         return False

@@ -1,0 +1,48 @@
+"""Headless OpenGL contexts that can share a process with triton (and so with torch).
+
+Mesa's software rasteriser (llvmpipe) loads its own LLVM when an EGL context is created.
+triton's ``libtriton.so`` carries another LLVM; loading it *after* llvmpipe crashes the
+process (SIGSEGV), loading it *before* is safe. torch imports triton lazily (``torch._dynamo``,
+reached from ``torch.optim`` or ``torch.compile``), so a process that renders and then trains
+would die at its first optimizer. Every context of the project is therefore created here, and
+this one place loads the LLVM users that are installed before Mesa can load its LLVM. Worker
+processes of the rollout engine never import torch at all; this guard covers the processes
+that must both render and run torch (``train-rednet``, ``known-maps --rednet``, the demo).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+#: Python packages that load their own LLVM and must be loaded before Mesa's.
+LLVM_USERS = ("triton",)
+
+
+def preload_llvm_users() -> list[str]:
+    """Import every installed package of ``LLVM_USERS`` not yet imported; returns their names."""
+    loaded = []
+    for name in LLVM_USERS:
+        if name in sys.modules:
+            continue
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+            importlib.import_module(name)
+        except Exception as exc:  # a broken install: torch would not load it either
+            log.warning("could not preload %s before creating an EGL context (%s); continuing", name, exc)
+            continue
+        loaded.append(name)
+    return loaded
+
+
+def create_context(backend: str = "egl"):
+    """A standalone moderngl context, created after the LLVM users are loaded."""
+    preload_llvm_users()
+    import moderngl
+
+    return moderngl.create_standalone_context(backend=backend)
