@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -116,6 +117,12 @@ class SimulatorConfig:
     agent_height: float = 1.5
     max_climb: float = 0.2
     nav_cell: float = 0.05  # embedded navigation grid resolution (m)
+    #: habitat-sim: a scene dataset config (e.g. mp3d.scene_dataset_config.json); empty = none
+    scene_dataset_config: str = ""
+    #: the GPU that renders (habitat-sim ``gpu_device_id``; the embedded renderer's EGL device
+    #: where the driver exposes one); -1 = this process's local rank (LOCAL_RANK under torchrun),
+    #: else 0
+    gpu_device_id: int = -1
 
 
 @dataclass
@@ -130,6 +137,14 @@ class EnvConfig:
     oracle_goal_phase: bool = True
     #: the oracle's goal radius: 0.25 m as published (defect R1); the paper says 0.5 m
     oracle_goal_radius: float = 0.25
+    #: the start phase walks to within this geodesic distance of the next start (SPEC §3.3:
+    #: 0.25 m, the forward step, in every profile); a separate follower from the goal phase's
+    oracle_start_radius: float = 0.25
+    #: the DAgger expert (``shortest_path_sensor``, SPEC §2.4/2.6): goal radius 0.5 m
+    expert_radius: float = 0.5
+    #: official true (R9): the expert is queried on every observation (the reset frame and oracle
+    #: steps included) and those queries enter its history; false queries it on agent steps only
+    expert_query_every_observation: bool = False
     #: oracle steps per phase before it counts as failed and teleports; -1 = unlimited
     #: (official 1000 at evaluation)
     oracle_step_limit: int = 1000
@@ -165,6 +180,55 @@ class MapBackend(str, enum.Enum):
     numba = "numba"  # fused single-pass CPU kernels (same output as torch)
 
 
+class DepthBackbone(str, enum.Enum):
+    resnet50 = "resnet50"  # the DD-PPO GroupNorm ResNet-50 (official, frozen)
+    small = "small"  # a small CNN with the same 128x4x4 output, for CPU work
+
+
+class PolicyName(str, enum.Enum):
+    none = "none"  # no learned policy (scripted agents)
+    cma = "cma"
+    tour_cma = "tour_cma"
+    pool_cma = "pool_cma"
+    pool_end_cma = "pool_end_cma"
+    map_cma = "map_cma"
+
+
+@dataclass
+class PolicyConfig:
+    """A learned navigation policy (SPEC §8) and the weights it starts from."""
+
+    name: PolicyName = PolicyName.none
+    #: a checkpoint file (the toolkit's or an official IVLN-CE one), or a folder of
+    #: ``ckpt.{i}.pth`` files (evaluated in index order); empty = random initialisation
+    checkpoint: str = ""
+    depth_backbone: DepthBackbone = DepthBackbone.resnet50
+    #: DD-PPO depth encoder weights (``gibson-2plus-resnet50.pth``); empty = none (random
+    #: frozen encoder: smoke tests only). A checkpoint's own copy wins.
+    ddppo_weights: str = ""
+    #: ImageNet ResNet weights for the latent models' RGB trunk (a torchvision-layout state
+    #: dict); empty = none
+    rgb_weights: str = ""
+    #: RGB trunk depth (50 as officially; 18 for CPU work)
+    rgb_depth: int = 50
+    #: GloVe table (``embeddings.json.gz``); empty = a learned table of the vocabulary's size
+    embeddings: str = ""
+    #: T11: false keeps TourCMA's official behaviour (both GRUs persist over the tour, as in
+    #: Table 3); true resets the second GRU every episode as the paper describes
+    reset_state_gru_per_episode: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Training switches (SPEC §9, §11.4); the trainer adds its recipe keys here."""
+
+    #: T1 (official true): the progress-monitor loss broadcasts (T*B,) against (T*B, 1)
+    pm_broadcast_bug: bool = False
+    #: T3 (official true): BatchNorm layers run in train mode during collection (the frozen RGB
+    #: trunk, MAP-CMA's map encoder); false collects in eval mode
+    bn_train_mode: bool = False
+
+
 @dataclass
 class MappingConfig:
     mode: MapMode = MapMode.iterative
@@ -177,6 +241,11 @@ class MappingConfig:
     map_size: int = 64
     map_cell: float = 0.1
     known_maps_dir: str = "${data.root}/known_maps"
+    #: RedNet checkpoint for ``semantics: rednet`` (official ``rednet_mp3d_best_model.pkl``
+    #: layout, or the toolkit's ``train-rednet`` checkpoint)
+    rednet_checkpoint: str = "${data.root}/rednet_mp3d_best_model.pkl"
+    #: RedNet encoder depth of that checkpoint (50 officially)
+    rednet_depth: int = 50
     #: save per-episode map images during evaluation
     save_images: bool = False
 
@@ -207,6 +276,8 @@ class ExperimentConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     mapping: MappingConfig = field(default_factory=MappingConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
 
 # --------------------------------------------------------------------------- key checking
@@ -360,6 +431,14 @@ def _merge(cfg: DictConfig, raw: dict, source: str) -> DictConfig:
         raise ConfigError(f"{source}: invalid value for '{key}': {msg}") from exc
 
 
+def _leaf_paths(raw: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
+    for key, value in raw.items():
+        if isinstance(value, Mapping) and value:
+            yield from _leaf_paths(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: Iterable[str] = (),
@@ -367,24 +446,119 @@ def load_config(
 ) -> DictConfig:
     """Load ``schema`` defaults, then the YAML chain of ``path``, then ``overrides``.
 
-    The result is read-only and fully typed; ``resolved(cfg)`` gives the plain dict that
-    every result file records.
+    Values are range-checked before anything runs (``check_values``): a bad value is an error
+    naming the key, where it was set and what is expected. The result is read-only and fully
+    typed; ``resolved(cfg)`` gives the plain dict that every result file records.
     """
     cfg = OmegaConf.structured(schema)
+    sources: dict[str, str] = {}
     if path is not None:
         for file_path, raw in _yaml_chain(Path(path)):
             check_keys(raw, schema, str(file_path))
             cfg = _merge(cfg, raw, str(file_path))
+            sources.update(dict.fromkeys(_leaf_paths(raw), str(file_path)))
     nested = parse_overrides(overrides)
     if nested:
         check_keys(nested, schema, "command line")
         cfg = _merge(cfg, nested, "command line")
+        sources.update(dict.fromkeys(_leaf_paths(nested), "command line"))
     try:
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config: {str(exc).splitlines()[0]}") from exc
+    if schema is ExperimentConfig:
+        check_values(cfg, sources)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+# --------------------------------------------------------------------------- value checks
+
+
+def _positive(v) -> bool:
+    return v > 0
+
+
+def _between(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False):
+    def check(v) -> bool:
+        return (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+
+    return check
+
+
+def _one_of(*allowed):
+    return lambda v: v in allowed
+
+
+#: key -> (check, what is expected). Every numeric key that a wrong value would turn into a
+#: crash after the whole run, a silent nonsense score, or a huge allocation is listed here.
+VALUE_RULES: dict[str, tuple[Any, str]] = {
+    "seed": (lambda v: v >= 0, "an integer >= 0"),
+    "metrics.success_distance": (_positive, "a distance > 0 (metres)"),
+    "metrics.tndtw.d_th": (_positive, "a distance > 0 (metres; the nDTW normaliser)"),
+    "simulator.sensor_height": (_between(0.0, 10.0, lo_open=True), "a height in (0, 10] m"),
+    "simulator.max_depth": (_between(0.0, 1000.0, lo_open=True), "a range in (0, 1000] m"),
+    "simulator.forward_step": (_between(0.0, 5.0, lo_open=True), "a step in (0, 5] m"),
+    "simulator.turn_angle": (_between(0.0, 180.0, lo_open=True), "an angle in (0, 180] degrees"),
+    "simulator.agent_radius": (_between(0.0, 2.0, lo_open=True), "a radius in (0, 2] m"),
+    "simulator.agent_height": (_between(0.0, 5.0, lo_open=True), "a height in (0, 5] m"),
+    "simulator.max_climb": (_between(0.0, 2.0), "a climb in [0, 2] m"),
+    "simulator.nav_cell": (_between(0.01, 0.5), "a grid cell in [0.01, 0.5] m"),
+    "simulator.gpu_device_id": (lambda v: v >= -1, "a device index >= 0, or -1 for the local rank"),
+    "env.max_agent_steps": (_between(1, 100_000), "an integer in [1, 100000]"),
+    "env.oracle_goal_radius": (_between(0.0, 10.0, lo_open=True), "a radius in (0, 10] m"),
+    "env.oracle_start_radius": (_between(0.0, 10.0, lo_open=True), "a radius in (0, 10] m"),
+    "env.expert_radius": (_between(0.0, 10.0, lo_open=True), "a radius in (0, 10] m"),
+    "env.oracle_step_limit": (lambda v: v >= -1, "an integer >= 0, or -1 for no limit"),
+    "mapping.world_cell": (_between(0.005, 1.0), "a cell in [0.005, 1] m"),
+    "mapping.map_size": (_between(8, 1024), "a size in [8, 1024] cells"),
+    "mapping.map_cell": (_between(0.005, 1.0), "a cell in [0.005, 1] m"),
+    "mapping.rednet_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
+    "policy.rgb_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
+    "eval.workers": (_between(1, 256), "an integer in [1, 256]"),
+}
+for _sensor in ("rgb", "depth", "semantic"):
+    for _dim in ("width", "height"):
+        VALUE_RULES[f"simulator.{_sensor}.{_dim}"] = (_between(1, 4096), "a size in [1, 4096] pixels")
+    VALUE_RULES[f"simulator.{_sensor}.hfov"] = (_between(0.0, 180.0, lo_open=True, hi_open=True), "an angle in (0, 180) degrees")
+
+#: the largest world grid a stream may allocate (cells per side): 200 m at 5 cm
+MAX_WORLD_CELLS = 4000
+
+
+def _get(cfg: DictConfig, path: str) -> Any:
+    return OmegaConf.select(cfg, path)
+
+
+def check_values(cfg: DictConfig, sources: Mapping[str, str] | None = None) -> None:
+    """Raise ConfigError naming the key, its source and the expectation for the first bad value."""
+    sources = sources or {}
+
+    def fail(key: str, value: Any, expected: str) -> None:
+        where = sources.get(key, "defaults")
+        raise ConfigError(f"{where}: config key '{key}' must be {expected}, got {value!r}")
+
+    for key, (check, expected) in VALUE_RULES.items():
+        value = _get(cfg, key)
+        if value is None:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(key, value, expected)
+        if not check(value):
+            fail(key, value, expected)
+    sensors = list(_get(cfg, "simulator.sensors"))
+    allowed = ("rgb", "depth", "semantic")
+    bad = [x for x in sensors if x not in allowed]
+    if bad or len(set(sensors)) != len(sensors):
+        fail("simulator.sensors", sensors, f"a list of distinct names from {list(allowed)}")
+    m = cfg.mapping
+    cells = m.world_extent / m.world_cell
+    view = m.map_size * m.map_cell * math.sqrt(2.0)
+    if not (math.isfinite(m.world_extent) and m.world_extent >= view and cells <= MAX_WORLD_CELLS):
+        fail("mapping.world_extent", m.world_extent,
+             f"a side in [{view:.2f}, {MAX_WORLD_CELLS * m.world_cell:g}] m (at least the egocentric window's diagonal; "
+             f"at most {MAX_WORLD_CELLS} cells of mapping.world_cell per side, about "
+             f"{MAX_WORLD_CELLS ** 2 * 13 / 2**20:.0f} MiB per stream)")
 
 
 def as_dataclass(cfg: Any) -> Any:

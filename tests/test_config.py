@@ -57,3 +57,34 @@ def test_config_is_read_only():
 
 def test_closest_key_searches_everywhere_when_no_sibling_matches():
     assert closest_key("on_infeasibel", ExperimentConfig) == "metrics.tndtw.on_infeasible"
+
+
+@pytest.mark.parametrize("override, key", [
+    ("metrics.tndtw.d_th=0", "metrics.tndtw.d_th"),  # used to divide by zero after the whole run
+    ("metrics.tndtw.d_th=-3", "metrics.tndtw.d_th"),  # used to print t-nDTW 271
+    ("metrics.success_distance=.nan", "metrics.success_distance"),
+    ("simulator.nav_cell=0", "simulator.nav_cell"),
+    ("simulator.rgb.width=0", "simulator.rgb.width"),
+    ("simulator.depth.hfov=180", "simulator.depth.hfov"),
+    ("eval.workers=0", "eval.workers"),
+    ("simulator.sensors=[lidar]", "simulator.sensors"),
+    ("simulator.sensors=[depth,depth]", "simulator.sensors"),
+    ("mapping.world_extent=1e5", "mapping.world_extent"),  # used to allocate 16 TB
+    ("mapping.world_extent=2", "mapping.world_extent"),  # smaller than the egocentric window
+    ("env.oracle_step_limit=-2", "env.oracle_step_limit"),
+    ("policy.rgb_depth=51", "policy.rgb_depth"),
+    ("seed=-1", "seed"),
+])
+def test_out_of_range_values_name_the_key_and_source(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    msg = str(err.value)
+    assert msg.startswith("command line: ") and f"'{key}'" in msg and "must be" in msg
+
+
+def test_value_errors_name_the_file_that_set_them(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("metrics:\n  tndtw:\n    d_th: 0\n")
+    with pytest.raises(ConfigError, match=rf"{f}: config key 'metrics.tndtw.d_th'"):
+        load_config(f)
+    assert load_config(f, ["metrics.tndtw.d_th=2.5"]).metrics.tndtw.d_th == 2.5  # a later override fixes it
