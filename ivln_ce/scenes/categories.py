@@ -3,7 +3,7 @@
 Label 0 is void (walls, floors, doors and every unlisted class). The GT conversion used by
 every backend: take the object's mpcat40 name; if it is ``appliances`` or ``furniture`` use
 the raw category name instead; the class is the position of that name in the 12-name list
-plus one, else 0.
+plus one when the name is *exactly* one of the 12 (case and spelling included), else 0.
 """
 
 from __future__ import annotations
@@ -48,9 +48,15 @@ CLASS_COLORS = (
 
 
 def map_class(mpcat40: str, raw_category: str) -> int:
-    """13-class id of an object from its mpcat40 and raw MP3D category names."""
+    """13-class id of an object from its mpcat40 and raw MP3D category names.
+
+    The match is exact, as in the official ``Semantic12Sensor`` (``name in whitelist``): no
+    case folding, no stripping, no space-to-underscore rewrite. A raw MP3D name such as
+    ``"chest of drawers"`` under ``furniture`` is therefore void (0), as the official sensor
+    labels it; only names spelled exactly like the list match.
+    """
     name = raw_category if mpcat40 in _USE_RAW else mpcat40
-    return _CLASS_INDEX.get(name.strip().lower().replace(" ", "_"), 0)
+    return _CLASS_INDEX.get(name, 0)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,13 @@ class Simulator(Protocol):
     @property
     def scene_id(self) -> str | None: ...
 
+    @property
+    def navmesh_source(self) -> str:
+        """Which navigation mesh answers the geodesic and collision queries, in a few words
+        (a ``.navmesh`` path, a recompute for the agent body, or the embedded grid), so that
+        results manifests record what the distances were measured on."""
+        ...
+
     def load_scene(self, scene: str) -> None: ...
 
     def set_agent_state(self, position: Sequence[float], heading: float) -> None: ...

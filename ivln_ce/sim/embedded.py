@@ -54,6 +54,11 @@ class EmbeddedSimulator:
         return self._scene_id
 
     @property
+    def navmesh_source(self) -> str:
+        """The embedded backend always navigates on its occupancy grid (``sim.navigation``)."""
+        return f"embedded grid, cell {self.config.nav_cell:g} m"
+
+    @property
     def scene(self) -> Scene:
         if self._scene is None:
             raise SimulatorError("no scene loaded; call load_scene first")

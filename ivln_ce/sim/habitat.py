@@ -2,16 +2,24 @@
 
 The only module of ivln_ce that imports ``habitat_sim``, and only when a ``HabitatSimulator``
 is built (install habitat-sim the Habitat way: conda or a source build; the ``[habitat]``
-extra records the intent). It loads Matterport3D ``.glb`` scenes with their navmesh (or
-recomputes one for the VLN-CE agent body when a scene has none), renders RGB / depth /
-semantic sensors at (0, 1.25, 0), moves with sliding, answers geodesic queries with the
-pathfinder, and maps semantic instance ids to the 13 map classes from the scene's
-annotations with the rule of ``scenes.categories.map_class``.
+extra records the intent). It loads Matterport3D ``.glb`` scenes with the navmesh shipped next
+to them (or recomputes one for the VLN-CE agent body when a scene has none), renders RGB /
+depth / semantic sensors at (0, 1.25, 0), moves with sliding, answers geodesic queries with
+the pathfinder's multi-goal query as habitat-lab does, and maps semantic instance ids to the
+13 map classes with the rule of ``scenes.categories.map_class``.
+
+Only the part of the habitat-sim API that 0.2 and 0.3 share is used; ``tests/sim/
+fake_habitat_sim.py`` models exactly that part (and cites where each name comes from), so a
+call the real library does not have fails in the tests instead of on a GPU machine.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import operator
+import os
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,6 +27,7 @@ import numpy as np
 from ivln_ce.config import SimulatorConfig, as_dataclass
 from ivln_ce.geometry import heading_to_quaternion, quaternion_to_heading
 from ivln_ce.scenes.categories import map_class
+from ivln_ce.sim import TASK_SEED, resolve_gpu_device
 from ivln_ce.sim.base import (
     MOVE_FORWARD,
     STOP,
@@ -33,7 +42,15 @@ from ivln_ce.sim.base import (
 )
 from ivln_ce.sim.follower import GreedyFollower
 
+log = logging.getLogger(__name__)
+
 _ACTION_KEYS = {MOVE_FORWARD: "move_forward", TURN_LEFT: "turn_left", TURN_RIGHT: "turn_right"}
+#: habitat-sim's collision test (agent/controls/object_controls.py): a move collided when the
+#: squared distance moved after the navmesh filter, plus this epsilon, is below the squared
+#: distance the action asked for
+_COLLISION_EPS = 1e-5
+#: goal targets whose multi-goal path objects are kept (least recently used ones are dropped)
+_MAX_GOAL_PATHS = 1024
 
 
 def habitat_available() -> bool:
@@ -55,29 +72,44 @@ def _require():
     return habitat_sim
 
 
-def _quat(heading: float):
-    """habitat-sim rotation (numpy-quaternion, w first) for a yaw-only heading."""
-    import quaternion  # numpy-quaternion, a habitat-sim dependency
+def _check_seed(seed: int) -> int:
+    """habitat-sim stores the seed as an unsigned 32-bit int (SimulatorConfiguration.random_seed)."""
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        raise SimulatorError(f"simulator seed: expected an integer, got {seed!r}") from None
+    if not 0 <= value < 2**32:
+        raise SimulatorError(f"simulator seed: expected 0 <= seed < 2**32 (habitat-sim's random_seed), got {value}")
+    return value
 
-    x, y, z, w = heading_to_quaternion(heading)
-    return quaternion.quaternion(w, x, y, z)
 
-
-def _heading(rotation: Any) -> float:
-    return quaternion_to_heading([rotation.x, rotation.y, rotation.z, rotation.w])
+def _vec3(p: Sequence[float], what: str = "point") -> np.ndarray:
+    v = np.asarray(p, dtype=np.float32).reshape(-1)
+    if v.shape != (3,):
+        raise SimulatorError(f"{what}: expected three coordinates (x, y, z), got {np.asarray(p).tolist()!r}")
+    return v
 
 
 class HabitatSimulator:
-    """Implements ``sim.base.Simulator`` on habitat-sim."""
+    """Implements ``sim.base.Simulator`` on habitat-sim.
 
-    def __init__(self, config: SimulatorConfig, scene_dataset_config: str | None = None, gpu_device_id: int = 0):
+    ``simulator.gpu_device_id`` (-1: this process's local rank, ``sim.resolve_gpu_device``) and
+    ``simulator.scene_dataset_config`` come from the config; ``seed`` is the task seed of this
+    worker (SPEC §2.1: 100 + worker index), given to ``SimulatorConfiguration.random_seed`` and
+    re-applied with ``Simulator.seed`` after every scene load.
+    """
+
+    def __init__(self, config: SimulatorConfig, seed: int = TASK_SEED):
         self.config = as_dataclass(config)
-        self.sensors = check_sensors(config)
-        self.scene_dataset_config = scene_dataset_config
-        self.gpu_device_id = gpu_device_id
+        self.sensors = check_sensors(self.config)
+        self.random_seed = _check_seed(seed)
+        self.gpu_device_id = resolve_gpu_device(self.config)
+        self.scene_dataset_config = self.config.scene_dataset_config or None
         self._sim = None
         self._scene_id: str | None = None
+        self._navmesh_source = "none (no scene loaded)"
         self._class_lut = np.zeros(1, dtype=np.uint8)
+        self._goal_paths: OrderedDict[tuple[float, float, float], Any] = OrderedDict()
 
     # ------------------------------------------------------------------ set-up
     def _make_config(self, scene: str):
@@ -87,7 +119,9 @@ class HabitatSimulator:
         if self.scene_dataset_config:
             backend.scene_dataset_config_file = self.scene_dataset_config
         backend.enable_physics = False
+        backend.allow_sliding = True  # SPEC §2.1: sliding along obstacles
         backend.gpu_device_id = self.gpu_device_id
+        backend.random_seed = self.random_seed
         specs = []
         kinds = {"rgb": hs.SensorType.COLOR, "depth": hs.SensorType.DEPTH, "semantic": hs.SensorType.SEMANTIC}
         for name in self.sensors:
@@ -95,18 +129,18 @@ class HabitatSimulator:
             spec = hs.CameraSensorSpec()
             spec.uuid = name
             spec.sensor_type = kinds[name]
-            spec.resolution = [cam.height, cam.width]
-            spec.position = [0.0, self.config.sensor_height, 0.0]
-            spec.hfov = cam.hfov
+            spec.resolution = [int(cam.height), int(cam.width)]
+            spec.position = [0.0, float(self.config.sensor_height), 0.0]
+            spec.hfov = float(cam.hfov)
             specs.append(spec)
         agent = hs.agent.AgentConfiguration()
-        agent.height = self.config.agent_height
-        agent.radius = self.config.agent_radius
+        agent.height = float(self.config.agent_height)
+        agent.radius = float(self.config.agent_radius)
         agent.sensor_specifications = specs
         agent.action_space = {
-            "move_forward": hs.agent.ActionSpec("move_forward", hs.agent.ActuationSpec(amount=self.config.forward_step)),
-            "turn_left": hs.agent.ActionSpec("turn_left", hs.agent.ActuationSpec(amount=self.config.turn_angle)),
-            "turn_right": hs.agent.ActionSpec("turn_right", hs.agent.ActuationSpec(amount=self.config.turn_angle)),
+            "move_forward": hs.agent.ActionSpec("move_forward", hs.agent.ActuationSpec(amount=float(self.config.forward_step))),
+            "turn_left": hs.agent.ActionSpec("turn_left", hs.agent.ActuationSpec(amount=float(self.config.turn_angle))),
+            "turn_right": hs.agent.ActionSpec("turn_right", hs.agent.ActuationSpec(amount=float(self.config.turn_angle))),
         }
         return hs.Configuration(backend, [agent])
 
@@ -114,40 +148,81 @@ class HabitatSimulator:
     def scene_id(self) -> str | None:
         return self._scene_id
 
+    @property
+    def navmesh_source(self) -> str:
+        """The ``.navmesh`` file loaded, or how the navmesh came to be (recomputed, dataset)."""
+        return self._navmesh_source
+
     def load_scene(self, scene: str) -> None:
-        hs = _require()
+        scene = str(scene)
         if scene == self._scene_id:
             return
+        hs = _require()
         cfg = self._make_config(scene)
         if self._sim is None:
             self._sim = hs.Simulator(cfg)
         else:
             self._sim.reconfigure(cfg)
         self._scene_id = scene
+        # cached path objects hold polygon refs of the previous navmesh: never reuse them
+        self._goal_paths.clear()
+        self._navmesh_source = self._prepare_navmesh(hs, scene)
+        self._sim.seed(self.random_seed)  # simulator and pathfinder RNGs, after any navmesh change
+        self._class_lut = self._semantic_lut() if "semantic" in self.sensors else np.zeros(1, dtype=np.uint8)
+
+    def _prepare_navmesh(self, hs, scene: str) -> str:
+        """Use the navmesh shipped next to the scene (SPEC §2.1), else the one habitat-sim found,
+        else recompute one for the VLN-CE body.
+
+        The shipped file is loaded explicitly: habitat-sim versions differ in what they do on
+        their own (some load ``<scene>.navmesh``, some recompute it when its stored settings
+        differ from the agent's), and trajectories depend on the navmesh.
+        """
+        pathfinder = self._sim.pathfinder
+        navmesh = os.path.splitext(scene)[0] + ".navmesh"
+        if os.path.isfile(navmesh):
+            if not pathfinder.load_nav_mesh(navmesh):
+                raise SimulatorError(f"{navmesh}: habitat-sim could not load this navmesh file (corrupt or another format?)")
+            return navmesh
+        if pathfinder.is_loaded:
+            return f"loaded by habitat-sim from the scene dataset ({self.scene_dataset_config or 'default'})"
+        settings = hs.NavMeshSettings()
+        settings.set_defaults()
+        settings.agent_radius = float(self.config.agent_radius)
+        settings.agent_height = float(self.config.agent_height)
+        settings.agent_max_climb = float(self.config.max_climb)
+        self._sim.recompute_navmesh(pathfinder, settings)
         if not self._sim.pathfinder.is_loaded:
-            settings = hs.NavMeshSettings()
-            settings.set_defaults()
-            settings.agent_radius = self.config.agent_radius
-            settings.agent_height = self.config.agent_height
-            settings.agent_max_climb = self.config.max_climb
-            self._sim.recompute_navmesh(self._sim.pathfinder, settings)
-        self._class_lut = self._semantic_lut()
+            raise SimulatorError(f"{scene}: no {navmesh} next to the scene and habitat-sim could not compute a navmesh")
+        return (
+            f"recomputed for the VLN-CE body (radius {self.config.agent_radius:g} m, "
+            f"height {self.config.agent_height:g} m, climb {self.config.max_climb:g} m)"
+        )
 
     def _semantic_lut(self) -> np.ndarray:
-        """instance id -> 13-class id from the scene's semantic annotations (SPEC §6.9)."""
-        scene = self._sim.semantic_scene
+        """instance id -> 13-class id from the scene's semantic annotations (SPEC §6.9).
+
+        As the official ``Semantic12Sensor``: the instance id is the integer suffix of the
+        object id, the name is ``category.name(mapping="mpcat40")``, replaced by
+        ``category.name(mapping="raw")`` for ``appliances``/``furniture``. (``name()`` with no
+        mapping returns the mpcat40 name in Mp3dObjectCategory, not the raw one.)
+        """
+        objects = [o for o in self._sim.semantic_scene.objects if o is not None]
+        if not objects:
+            log.warning("%s: the scene has no semantic annotations; semantic12 will be all void", self._scene_id)
         entries = []
-        for obj in getattr(scene, "objects", []) or []:
-            if obj is None or obj.category is None:
+        for obj in objects:
+            category = obj.category
+            if category is None:
                 continue
             try:
                 inst = int(str(obj.id).split("_")[-1])
             except ValueError:
                 continue
-            mpcat40 = obj.category.name("mpcat40")
-            raw = obj.category.name("")
-            entries.append((inst, map_class(mpcat40, raw)))
-        lut = np.zeros(max([i for i, _ in entries], default=0) + 1, dtype=np.uint8)
+            if inst < 0:
+                continue
+            entries.append((inst, map_class(category.name(mapping="mpcat40"), category.name(mapping="raw"))))
+        lut = np.zeros(max((i for i, _ in entries), default=0) + 1, dtype=np.uint8)
         for inst, cls in entries:
             lut[inst] = cls
         return lut
@@ -162,21 +237,28 @@ class HabitatSimulator:
     def set_agent_state(self, position: Sequence[float], heading: float) -> None:
         hs = _require()
         state = hs.AgentState()
-        state.position = np.asarray(position, dtype=np.float32)
-        state.rotation = _quat(float(heading))
+        state.position = _vec3(position, "agent position")
+        # a plain [x, y, z, w] list: Agent.set_state converts lists with quat_from_coeffs in 0.2
+        # and 0.3, so this module needs no numpy-quaternion import
+        state.rotation = [float(v) for v in heading_to_quaternion(float(heading))]
         self.sim.get_agent(0).set_state(state, reset_sensors=True)
 
     def get_agent_state(self) -> AgentState:
         s = self.sim.get_agent(0).get_state()
-        return AgentState(np.asarray(s.position, dtype=np.float64), _heading(s.rotation))
+        q = s.rotation  # numpy-quaternion (w, x, y, z attributes)
+        return AgentState(np.asarray(s.position, dtype=np.float64), quaternion_to_heading([q.x, q.y, q.z, q.w]))
 
     def step(self, action: int) -> StepResult:
         if action == STOP:
             return StepResult(self.get_observations(), False)
         if action not in _ACTION_KEYS:
-            raise SimulatorError(f"unknown action {action!r}; expected 0-3")
+            raise SimulatorError(f"unknown action {action!r}; expected 0-3 (STOP, MOVE_FORWARD, TURN_LEFT, TURN_RIGHT)")
         raw = self.sim.step(_ACTION_KEYS[action])
-        return StepResult(self._observations(raw), bool(self.sim.previous_step_collided))
+        # habitat_sim.Simulator.step adds the agent's collision flag to the observations it
+        # returns; there is no Simulator.previous_step_collided (that is habitat-lab's wrapper)
+        if "collided" not in raw:
+            raise SimulatorError("habitat-sim's Simulator.step returned no 'collided' entry; expected habitat-sim 0.2/0.3")
+        return StepResult(self._observations(raw), bool(raw["collided"]))
 
     def get_observations(self) -> Observations:
         return self._observations(self.sim.get_sensor_observations())
@@ -185,9 +267,9 @@ class HabitatSimulator:
         s = self.get_agent_state()
         obs = Observations(position=s.position, heading=s.heading)
         if "rgb" in raw:
-            obs.rgb = np.asarray(raw["rgb"])[..., :3].astype(np.uint8)
+            obs.rgb = np.ascontiguousarray(np.asarray(raw["rgb"])[..., :3], dtype=np.uint8)  # RGBA -> RGB
         if "depth" in raw:
-            # habitat reports no-hit pixels as 0 already; clip and normalise like the embedded backend
+            # metric z-depth, 0 where no geometry was hit: normalise like every backend
             obs.depth = normalise_depth(np.asarray(raw["depth"], dtype=np.float32), self.config.max_depth)
         if "semantic" in raw:
             inst = np.asarray(raw["semantic"]).astype(np.int64)
@@ -197,45 +279,84 @@ class HabitatSimulator:
         return obs
 
     # ------------------------------------------------------------------ navigation
+    def _path_to(self, goal: Sequence[float]):
+        """The ``MultiGoalShortestPath`` kept for this goal target (created on first use)."""
+        key = tuple(float(v) for v in _vec3(goal, "goal"))
+        path = self._goal_paths.get(key)
+        if path is None:
+            path = _require().MultiGoalShortestPath()
+            path.requested_ends = np.asarray([key], dtype=np.float32)
+            self._goal_paths[key] = path
+            if len(self._goal_paths) > _MAX_GOAL_PATHS:
+                self._goal_paths.popitem(last=False)
+        else:
+            self._goal_paths.move_to_end(key)
+        return path
+
     def geodesic_distance(self, a: Sequence[float], b: Sequence[float]) -> float:
-        hs = _require()
-        path = hs.ShortestPath()
-        path.requested_start = np.asarray(a, dtype=np.float32)
-        path.requested_end = np.asarray(b, dtype=np.float32)
-        if not self.sim.pathfinder.find_path(path):
+        """Navmesh path length from ``a`` to goal ``b`` (both snapped); inf when unreachable.
+
+        The query pattern of the official measure (habitat-lab ``HabitatSim.geodesic_distance``
+        with the episode's ``_shortest_path_cache``, used by ``DistanceToGoal``): one
+        ``MultiGoalShortestPath`` per goal target, its ``requested_ends`` set once, and each
+        query only sets ``requested_start`` and calls ``pathfinder.find_path``. The path object
+        is stateful (habitat-sim ``PathFinder::Impl::findPath(MultiGoalShortestPath&)``): it
+        keeps the snapped end polygons, and with several ends a per-end lower bound
+        (``minTheoreticalDist``) that is lowered by the distance moved since the previous start
+        and used to skip ends; that carried-over pruning state is why a value can depend on when
+        it is queried (SPEC §2.7, M12). With the single end used here the search starts from an
+        infinite best and never prunes, so reuse only saves re-snapping the goal. Paths are
+        dropped when a scene loads (they hold polygon refs of the old navmesh). Recomputing only
+        after movement (> 1e-4 m) is the measure's job, not the simulator's.
+        """
+        pathfinder = self.sim.pathfinder
+        path = self._path_to(b)
+        path.requested_start = _vec3(a, "start")
+        if not pathfinder.find_path(path):
             return math.inf
         return float(path.geodesic_distance)
 
     def shortest_path(self, a: Sequence[float], b: Sequence[float]) -> list[np.ndarray]:
-        hs = _require()
-        path = hs.ShortestPath()
-        path.requested_start = np.asarray(a, dtype=np.float32)
-        path.requested_end = np.asarray(b, dtype=np.float32)
-        if not self.sim.pathfinder.find_path(path):
+        pathfinder = self.sim.pathfinder
+        path = _require().ShortestPath()
+        path.requested_start = _vec3(a, "start")
+        path.requested_end = _vec3(b, "goal")
+        if not pathfinder.find_path(path):
             return []
         return [np.asarray(p, dtype=np.float64) for p in path.points]
 
     def is_navigable(self, p: Sequence[float]) -> bool:
-        return bool(self.sim.pathfinder.is_navigable(np.asarray(p, dtype=np.float32)))
+        return bool(self.sim.pathfinder.is_navigable(_vec3(p)))
 
     def snap_point(self, p: Sequence[float]) -> np.ndarray:
-        return np.asarray(self.sim.pathfinder.snap_point(np.asarray(p, dtype=np.float32)), dtype=np.float64)
+        """Nearest navmesh point; NaN when no polygon lies within habitat-sim's search box."""
+        return np.asarray(self.sim.pathfinder.snap_point(_vec3(p)), dtype=np.float64)
 
     def sample_navigable_point(self, rng: np.random.Generator) -> np.ndarray:
-        self.sim.pathfinder.seed(int(rng.integers(0, 2**31 - 1)))
-        return np.asarray(self.sim.pathfinder.get_random_navigable_point(), dtype=np.float64)
+        """A navmesh point drawn by habitat-sim after seeding its pathfinder from ``rng``, so the
+        same generator state gives the same point."""
+        pathfinder = self.sim.pathfinder
+        pathfinder.seed(int(rng.integers(0, 2**31 - 1)))
+        p = np.asarray(pathfinder.get_random_navigable_point(), dtype=np.float64)
+        if not np.all(np.isfinite(p)):
+            raise SimulatorError(f"{self._scene_id}: habitat-sim found no navigable point to sample (navmesh: {self._navmesh_source})")
+        return p
 
     def same_island(self, a: Sequence[float], b: Sequence[float]) -> bool:
         return math.isfinite(self.geodesic_distance(a, b))
 
     def try_step(self, start: Sequence[float], end: Sequence[float]) -> tuple[np.ndarray, bool]:
-        s = np.asarray(start, dtype=np.float32)
-        e = np.asarray(end, dtype=np.float32)
+        """Slide from ``start`` toward ``end`` on the navmesh; collided as habitat-sim's agent
+        controls decide it (moved less, squared, than asked, by more than 1e-5)."""
+        s = _vec3(start, "start")
+        e = _vec3(end, "end")
         out = np.asarray(self.sim.pathfinder.try_step(s, e), dtype=np.float64)
-        return out, bool(np.linalg.norm((out - e)[[0, 2]]) > 1e-5)
+        moved = float(np.sum((out - s) ** 2))
+        wanted = float(np.sum((e.astype(np.float64) - s) ** 2))
+        return out, moved + _COLLISION_EPS < wanted
 
     def distance_to_obstacle(self, p: Sequence[float]) -> float:
-        return float(self.sim.pathfinder.distance_to_closest_obstacle(np.asarray(p, dtype=np.float32), 2.0))
+        return float(self.sim.pathfinder.distance_to_closest_obstacle(_vec3(p), max_search_radius=2.0))
 
     def make_follower(self, goal_radius: float, fix_thrashing: bool = True) -> GreedyFollower:
         """The SPEC §2.6 follower over habitat's pathfinder (same behaviour on every backend)."""
@@ -245,3 +366,6 @@ class HabitatSimulator:
         if self._sim is not None:
             self._sim.close()
             self._sim = None
+        self._scene_id = None
+        self._goal_paths.clear()
+        self._navmesh_source = "none (no scene loaded)"

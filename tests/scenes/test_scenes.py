@@ -12,7 +12,7 @@ def test_map_class_rule():
     assert map_class("furniture", "sofa") == 6  # furniture/appliances fall back to the raw name
     assert map_class("appliances", "refrigerator") == 0
     assert map_class("wall", "wall") == 0
-    assert map_class("furniture", "chest of drawers") == 2
+    assert map_class("furniture", "chest of drawers") == 0  # exact match, as the official sensor
 
 
 def test_same_seed_same_house_and_different_seeds_differ():

@@ -1,0 +1,374 @@
+"""HabitatSimulator against a strict fake of the habitat-sim 0.2/0.3 API (tests/sim/fake_habitat_sim.py).
+
+habitat-sim cannot be installed here, so these tests check that the backend calls the real API
+with the right names, argument types and query patterns, and that it turns what habitat-sim
+returns into the protocol's values. Expected numbers come from the fake world's geometry
+(axis-aligned rectangles), never from the backend under test.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from ivln_ce.config import load_config
+from ivln_ce.geometry import forward_vector, wrap_angle
+from ivln_ce.scenes.categories import CATEGORIES, _CLASS_INDEX, _USE_RAW, map_class
+from ivln_ce.scenes.layout import generate_house
+from ivln_ce.sim import TASK_SEED, make_simulator, resolve_gpu_device
+from ivln_ce.sim.base import MOVE_FORWARD, STOP, TURN_LEFT, TURN_RIGHT, SimulatorError, Simulator
+from tests.sim import fake_habitat_sim as fake
+
+ROOM = fake.Rect(0.0, 6.0, 0.0, 4.0)  # island 0
+CLOSET = fake.Rect(20.0, 22.0, 20.0, 22.0)  # island 1, unreachable from the room
+H, W = 6, 8
+
+
+def cfg(*overrides, sensors=("rgb", "depth", "semantic")):
+    base = [
+        "simulator.backend=habitat",
+        f"simulator.sensors=[{','.join(sensors)}]",
+        f"simulator.rgb.width={W}", f"simulator.rgb.height={H}",
+        f"simulator.depth.width={W}", f"simulator.depth.height={H}",
+        f"simulator.semantic.width={W}", f"simulator.semantic.height={H}",
+    ]
+    return load_config(None, base + list(overrides)).simulator
+
+
+def _render(kind, h, w):
+    if kind == fake.SensorType.DEPTH:
+        d = np.full((h, w), 5.0, np.float32)
+        d[0, 0] = 0.0  # ray hit nothing
+        d[0, 1] = 12.0  # beyond max_depth
+        d[0, 2] = 10.0
+        return d
+    if kind == fake.SensorType.SEMANTIC:
+        ids = np.zeros((h, w), np.uint32)
+        ids[1, :7] = [3, 5, 7, 8, 9, 2, 250]
+        return ids
+    return fake._default_render(kind, h, w)
+
+
+OBJECTS = [
+    None,  # real object lists have holes
+    ("0_0_1", "wall", "wall"),
+    ("0_0_2", "appliances", "refrigerator"),
+    ("0_1_3", "bed", "bed"),
+    ("0_1_5", "furniture", "sofa"),  # furniture -> raw name, which is a class
+    ("0_1_7", "furniture", "chest of drawers"),  # raw MP3D spelling: not one of the 12 names
+    ("0_1_8", "chair", "armchair"),
+    ("0_2_9", None, None),  # object without a category
+]
+
+
+@pytest.fixture
+def hab(monkeypatch, tmp_path):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    hub = fake.install(monkeypatch)
+    scene = str(tmp_path / "room.glb")
+    (tmp_path / "room.navmesh").write_bytes(b"fake navmesh")
+    hub.worlds[scene] = fake.World([ROOM, CLOSET], objects=OBJECTS, render=_render)
+    hub.scene = scene
+    return hub
+
+
+def make(hub, *overrides, seed=TASK_SEED, sensors=("rgb", "depth", "semantic")):
+    from ivln_ce.sim.habitat import HabitatSimulator
+
+    sim = HabitatSimulator(cfg(*overrides, sensors=sensors), seed=seed)
+    sim.load_scene(hub.scene)
+    return sim
+
+
+# ---------------------------------------------------------------------------- the fake itself
+def test_fake_rejects_what_the_real_api_lacks(hab):
+    import habitat_sim
+
+    sim = make(hab)
+    with pytest.raises(AttributeError):
+        sim.sim.previous_step_collided  # habitat-lab's wrapper has it, habitat_sim.Simulator does not
+    with pytest.raises(AttributeError):
+        habitat_sim.SimulatorConfiguration().scene = "x"  # 0.1 name; 0.2+ is scene_id
+    with pytest.raises(AttributeError):
+        habitat_sim.CameraSensorSpec().fov = 90.0
+    with pytest.raises(AttributeError):
+        habitat_sim.MultiGoalShortestPath().closest_end_point_index  # not in 0.2.2
+    with pytest.raises(TypeError):
+        habitat_sim.SimulatorConfiguration().random_seed = -1  # C++ unsigned int
+    with pytest.raises(AttributeError):
+        habitat_sim.does_not_exist
+
+
+# ---------------------------------------------------------------------------- set-up
+def test_configuration_reaches_habitat_sim(hab, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "5")  # an explicit device wins over the local rank
+    sim = make(hab, "simulator.gpu_device_id=2", "simulator.scene_dataset_config=/data/mp3d.scene_dataset_config.json", seed=107)
+    config = hab.sim.config
+    sc = config.sim_cfg
+    assert sc.scene_id == hab.scene
+    assert sc.scene_dataset_config_file == "/data/mp3d.scene_dataset_config.json"
+    assert sc.gpu_device_id == 2 and hab.sim.gpu_device == 2
+    assert sc.random_seed == 107
+    assert sc.allow_sliding is True and sc.enable_physics is False
+    (agent,) = config.agents
+    assert (agent.height, agent.radius) == (1.5, 0.1)
+    specs = {s.uuid: s for s in agent.sensor_specifications}
+    assert set(specs) == {"rgb", "depth", "semantic"}
+    assert specs["depth"].sensor_type == fake.SensorType.DEPTH
+    assert specs["semantic"].sensor_type == fake.SensorType.SEMANTIC
+    assert specs["rgb"].sensor_type == fake.SensorType.COLOR
+    for s in specs.values():
+        assert s.resolution == [H, W]
+        np.testing.assert_allclose(s.position, [0.0, 1.25, 0.0])
+        assert s.hfov == 90.0
+    amounts = {k: (a.name, a.actuation.amount) for k, a in agent.action_space.items()}
+    assert amounts == {"move_forward": ("move_forward", 0.25), "turn_left": ("turn_left", 15.0), "turn_right": ("turn_right", 15.0)}
+    assert hab.sim._values["seeds"] == [107]  # Simulator.seed after the scene (and its navmesh) loaded
+    sim.close()
+    assert hab.sim._values["closed"]
+
+
+def test_gpu_device_follows_local_rank(hab, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    make(hab)  # simulator.gpu_device_id defaults to -1
+    assert hab.sim.config.sim_cfg.gpu_device_id == 3
+    monkeypatch.delenv("LOCAL_RANK")
+    make(hab)
+    assert hab.sim.config.sim_cfg.gpu_device_id == 0
+
+
+def test_resolve_gpu_device(monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert resolve_gpu_device(cfg()) == 0
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_gpu_device(cfg()) == 1
+    assert resolve_gpu_device(cfg("simulator.gpu_device_id=0")) == 0
+    monkeypatch.setenv("LOCAL_RANK", "one")
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        resolve_gpu_device(cfg())
+
+
+def test_make_simulator_passes_the_seed(hab):
+    assert make_simulator(cfg(), seed=TASK_SEED + 3).random_seed == 103  # worker 3 (SPEC §2.1)
+    assert make_simulator(cfg()).random_seed == 100
+    embedded = load_config(None, ["simulator.sensors=[]"]).simulator
+    assert make_simulator(embedded, seed=101).navmesh_source == "embedded grid, cell 0.05 m"
+    with pytest.raises(SimulatorError, match="seed"):
+        make_simulator(cfg(), seed=-1)
+
+
+# ---------------------------------------------------------------------------- navmesh
+def test_shipped_navmesh_is_loaded_and_reported(hab):
+    sim = make(hab)
+    navmesh = hab.scene[: -len(".glb")] + ".navmesh"
+    assert sim.navmesh_source == navmesh
+    calls = hab.sim.pathfinder._values["calls"]
+    assert calls.count(("load_nav_mesh", navmesh)) == 2  # habitat-sim's own load, then ours
+    assert hab.sim._values["recomputes"] == []
+    assert isinstance(sim, Simulator)
+
+
+def test_navmesh_recomputed_for_the_agent_body_when_missing(hab, tmp_path):
+    scene = str(tmp_path / "bare.glb")
+    hab.worlds[scene] = fake.World([ROOM])
+    hab.scene = scene
+    sim = make(hab, sensors=())
+    (settings,) = hab.sim._values["recomputes"]
+    assert settings._values.get("set_defaults_called")
+    assert (settings.agent_radius, settings.agent_height, settings.agent_max_climb) == (0.1, 1.5, 0.2)
+    assert sim.navmesh_source == "recomputed for the VLN-CE body (radius 0.1 m, height 1.5 m, climb 0.2 m)"
+    assert sim.geodesic_distance([1, 0, 1], [4, 0, 1]) == pytest.approx(3.0)
+
+
+def test_navmesh_found_by_the_dataset_is_kept(hab, tmp_path):
+    scene = str(tmp_path / "ds.glb")
+    hab.worlds[scene] = fake.World([ROOM], dataset_navmesh=True)
+    hab.scene = scene
+    sim = make(hab, "simulator.scene_dataset_config=mp3d.scene_dataset_config.json", sensors=())
+    assert hab.sim._values["recomputes"] == []
+    assert sim.navmesh_source == "loaded by habitat-sim from the scene dataset (mp3d.scene_dataset_config.json)"
+
+
+def test_navmesh_source_before_loading_and_for_the_embedded_grid():
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+    from ivln_ce.sim.habitat import HabitatSimulator
+
+    assert HabitatSimulator(cfg()).navmesh_source == "none (no scene loaded)"
+    embedded = load_config(None, ["simulator.sensors=[]", "simulator.nav_cell=0.1"]).simulator
+    assert EmbeddedSimulator(embedded).navmesh_source == "embedded grid, cell 0.1 m"
+
+
+# ---------------------------------------------------------------------------- agent
+def test_agent_state_round_trip(hab):
+    sim = make(hab, sensors=())
+    sim.set_agent_state([1.5, 0.0, 2.0], 0.7)
+    s = sim.get_agent_state()
+    np.testing.assert_allclose(s.position, [1.5, 0.0, 2.0], atol=1e-6)
+    assert s.heading == pytest.approx(0.7, abs=1e-6)
+    (call,) = hab.sim.get_agent(0)._values["set_calls"]
+    assert call["reset_sensors"] is True
+    np.testing.assert_allclose(call["rotation"], [0.0, math.sin(0.35), 0.0, math.cos(0.35)])  # [x, y, z, w]
+    sim.set_agent_state([1.0, 0.0, 1.0], 3 * math.pi / 2)
+    assert sim.get_agent_state().heading == pytest.approx(-math.pi / 2, abs=1e-6)
+
+
+def test_step_every_action_and_collision_from_the_step_observations(hab):
+    sim = make(hab)
+    sim.set_agent_state([3.0, 0.0, 2.0], 0.4)
+    res = sim.step(MOVE_FORWARD)
+    assert res.collided is False
+    np.testing.assert_allclose(sim.get_agent_state().position, [3.0, 0.0, 2.0] + 0.25 * forward_vector(0.4), atol=1e-5)
+    assert res.observations.depth.shape == (H, W, 1)
+    sim.step(TURN_LEFT)
+    assert wrap_angle(sim.get_agent_state().heading - 0.4) == pytest.approx(math.radians(15), abs=1e-6)
+    sim.step(TURN_RIGHT)
+    sim.step(TURN_RIGHT)
+    assert wrap_angle(sim.get_agent_state().heading - 0.4) == pytest.approx(-math.radians(15), abs=1e-6)
+    assert hab.sim._values["step_calls"] == ["move_forward", "turn_left", "turn_right", "turn_right"]
+    # facing the wall at z = 0 from 0.1 m away at 30 deg: the step slides along it and collides
+    sim.set_agent_state([3.0, 0.0, 0.1], math.radians(30))
+    res = sim.step(MOVE_FORWARD)
+    assert res.collided is True
+    p = sim.get_agent_state().position
+    assert p[2] == pytest.approx(0.0, abs=1e-6) and p[0] < 3.0 - 0.1  # slid along -x
+    before = sim.get_agent_state()
+    res = sim.step(STOP)
+    assert res.collided is False and len(hab.sim._values["step_calls"]) == 5  # STOP never reaches habitat
+    np.testing.assert_allclose(sim.get_agent_state().position, before.position)
+    with pytest.raises(SimulatorError, match="unknown action"):
+        sim.step(7)
+
+
+# ---------------------------------------------------------------------------- sensors
+def test_observations_depth_rgb_and_semantic12(hab):
+    sim = make(hab)
+    sim.set_agent_state([1.0, 0.0, 1.0], 0.0)
+    obs = sim.get_observations()
+    assert obs.rgb.shape == (H, W, 3) and obs.rgb.dtype == np.uint8
+    np.testing.assert_array_equal(obs.rgb[0, :, 0], np.arange(W))
+    assert obs.depth.shape == (H, W, 1) and obs.depth.dtype == np.float32
+    assert obs.depth[0, 0, 0] == 0.0  # no hit stays 0 (SPEC §2.3)
+    assert obs.depth[0, 1, 0] == 1.0  # beyond 10 m clips to 1
+    assert obs.depth[0, 2, 0] == 1.0
+    assert obs.depth[1, 1, 0] == pytest.approx(0.5)
+    # instance ids 3 bed, 5 furniture/sofa, 7 furniture/"chest of drawers", 8 chair, 9 no category,
+    # 2 appliances/refrigerator, 250 not annotated
+    np.testing.assert_array_equal(obs.semantic[1, :7], [3, 5, 7, 8, 9, 2, 250])
+    np.testing.assert_array_equal(obs.semantic12[1, :7], [3, 6, 0, 8, 0, 0, 0])
+    assert obs.semantic12.dtype == np.uint8 and obs.semantic12.shape == (H, W)
+    calls = hab.worlds[hab.scene].name_calls
+    assert set(calls) == {"mpcat40", "raw"}  # never name() / name(""), which is the mpcat40 name
+
+
+# ---------------------------------------------------------------------------- navigation
+def test_geodesic_uses_one_multigoal_path_per_goal(hab):
+    sim = make(hab, sensors=())
+    goal = [5.0, 0.0, 3.0]
+    starts = [[1.0, 0.0, 1.0], [2.0, 0.0, 1.0], [2.0, 0.0, 2.5]]
+    for s in starts:
+        assert sim.geodesic_distance(s, goal) == pytest.approx(float(np.linalg.norm(np.subtract(goal, s))), abs=1e-5)
+    assert hab.created.get("ShortestPath", 0) == 0
+    assert hab.created["MultiGoalShortestPath"] == 1
+    (path,) = sim._goal_paths.values()
+    assert path._values["ends_assignments"] == 1  # requested_ends set once, reused by every query
+    finds = [c for c in hab.sim.pathfinder._values["calls"] if c[:2] == ("find_path", "MultiGoalShortestPath")]
+    assert len(finds) == 3 and {c[2] for c in finds} == {id(path)}
+    assert sim.geodesic_distance(starts[0], [1.0, 0.0, 3.0]) == pytest.approx(2.0)
+    assert hab.created["MultiGoalShortestPath"] == 2  # a new goal gets its own path object
+    assert sim.geodesic_distance(starts[0], [21.0, 0.0, 21.0]) == math.inf  # other island
+    assert not sim.same_island(starts[0], [21.0, 0.0, 21.0]) and sim.same_island(starts[0], goal)
+
+
+def test_goal_paths_are_dropped_when_the_scene_changes(hab, tmp_path):
+    sim = make(hab, sensors=())
+    sim.geodesic_distance([1.0, 0.0, 1.0], [5.0, 0.0, 3.0])
+    other = str(tmp_path / "other.glb")
+    hab.worlds[other] = fake.World([fake.Rect(0.0, 6.0, 0.0, 4.0)])
+    sim.load_scene(other)
+    assert len(sim._goal_paths) == 0
+    sim.geodesic_distance([1.0, 0.0, 1.0], [5.0, 0.0, 3.0])
+    assert hab.created["MultiGoalShortestPath"] == 2
+
+
+def test_shortest_path_points_and_unreachable(hab):
+    sim = make(hab, sensors=())
+    pts = sim.shortest_path([1.0, 0.0, 1.0], [5.0, 0.0, 3.0])
+    np.testing.assert_allclose(pts[0], [1.0, 0.0, 1.0])
+    np.testing.assert_allclose(pts[-1], [5.0, 0.0, 3.0])
+    assert sim.shortest_path([1.0, 0.0, 1.0], [21.0, 0.0, 21.0]) == []
+
+
+def test_snap_navigability_and_seeded_sampling(hab):
+    sim = make(hab, sensors=())
+    np.testing.assert_allclose(sim.snap_point([7.0, 0.3, 2.0]), [6.0, 0.0, 2.0])
+    assert np.all(np.isnan(sim.snap_point([50.0, 0.0, 50.0])))
+    assert sim.is_navigable([3.0, 0.0, 2.0]) and not sim.is_navigable([7.0, 0.0, 2.0])
+    a = [sim.sample_navigable_point(np.random.default_rng(4)) for _ in range(2)]
+    np.testing.assert_array_equal(a[0], a[1])  # same generator state, same point
+    pts = [sim.sample_navigable_point(r) for r in [np.random.default_rng(9)] * 5]
+    assert len({tuple(p) for p in pts}) == 5
+    assert all(sim.is_navigable(p) for p in pts)
+    seeds = [c[1] for c in hab.sim.pathfinder._values["calls"] if c[0] == "seed"]
+    assert all(isinstance(s, int) and 0 <= s < 2**31 for s in seeds)
+    hab.worlds[hab.scene].sampling_fails = True
+    with pytest.raises(SimulatorError, match="no navigable point"):
+        sim.sample_navigable_point(np.random.default_rng(0))
+
+
+def test_try_step_collision_flag_follows_habitat_controls(hab):
+    sim = make(hab, sensors=())
+    end, collided = sim.try_step([3.0, 0.0, 2.0], [3.0, 0.0, 1.75])
+    np.testing.assert_allclose(end, [3.0, 0.0, 1.75], atol=1e-6)
+    assert collided is False
+    end, collided = sim.try_step([3.0, 0.0, 0.1], [2.8, 0.0, -0.1])  # into the wall: slides
+    np.testing.assert_allclose(end, [2.8, 0.0, 0.0], atol=1e-6)
+    assert collided is True
+    # 15 um short of a 0.25 m step: 7.5e-6 in squared distance, below habitat-sim's 1e-5 epsilon
+    end, collided = sim.try_step([3.0, 0.0, 0.25], [3.0, 0.0, -1.5e-5])
+    assert collided is False
+    end, collided = sim.try_step([3.0, 0.0, 0.25], [3.0, 0.0, -1e-3])  # 1 mm short: 5e-4, collided
+    assert collided is True
+
+
+def test_distance_to_obstacle(hab):
+    sim = make(hab, sensors=())
+    assert sim.distance_to_obstacle([1.0, 0.0, 2.0]) == pytest.approx(1.0)
+    assert sim.distance_to_obstacle([3.0, 0.0, 2.0]) == pytest.approx(2.0)  # capped at the search radius
+    assert ("distance_to_closest_obstacle", 2.0) in hab.sim.pathfinder._values["calls"]
+
+
+def test_follower_walks_to_a_goal_on_the_fake_navmesh(hab):
+    sim = make(hab, sensors=())
+    sim.set_agent_state([1.0, 0.0, 1.0], 0.0)
+    follower = sim.make_follower(goal_radius=0.25)
+    goal = np.array([5.0, 0.0, 3.0])
+    for _ in range(100):
+        s = sim.get_agent_state()
+        action = follower.next_action(s.position, s.heading, goal)
+        if action == STOP:
+            break
+        sim.step(action)
+    assert sim.geodesic_distance(sim.get_agent_state().position, goal) < 0.25
+
+
+# ---------------------------------------------------------------------------- the 13-class rule
+def test_map_class_is_an_exact_match():
+    assert map_class("bed", "bed") == 3
+    assert map_class("furniture", "sofa") == 6
+    assert map_class("furniture", "chest_of_drawers") == 2
+    assert map_class("furniture", "chest of drawers") == 0  # official: raw MP3D spelling is void
+    assert map_class("Bed", "Bed") == 0
+    assert map_class("bed ", "bed") == 0
+    assert map_class("appliances", "Sink") == 0
+
+
+def test_generated_houses_keep_their_classes_under_the_exact_rule():
+    def normalising(mpcat40, raw):  # the rule before it was made exact
+        name = raw if mpcat40 in _USE_RAW else mpcat40
+        return _CLASS_INDEX.get(name.strip().lower().replace(" ", "_"), 0)
+
+    for cat in CATEGORIES.values():
+        assert cat.class_id == normalising(cat.mpcat40, cat.raw), cat.raw
+    for seed in range(4):
+        for obj in generate_house(seed).objects:
+            assert obj.class_id == normalising(obj.mpcat40, obj.category), obj.name
