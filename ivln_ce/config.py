@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -252,17 +253,34 @@ class MappingConfig:
 
 @dataclass
 class EvalConfig:
-    #: the agent: a reference agent (oracle, random, forward, stop); policies come later
-    agent: str = "oracle"
+    #: ``policy`` evaluates the learned policy of ``policy.*``; or a scripted reference agent:
+    #: oracle (the follower, an upper bound), random, forward, stop
+    agent: str = "policy"
     split: str = "${data.split}"
-    #: worker processes on this machine (ignored under torchrun, where ranks shard the tours)
-    workers: int = 1
+    #: tour environments stepping in parallel worker processes (each its own simulator);
+    #: under torchrun, per rank
+    num_envs: int = 1
+    #: where the policy, the mapper and the encoders run: cpu, cuda or cuda:N (under torchrun
+    #: "cuda" means the rank's local GPU)
+    device: str = "cpu"
+    #: argmax actions (the official evaluation); false samples from the policy
+    deterministic: bool = True
     #: evaluate only these tour ids (t-nDTW is then "partial" and paper-variant only)
     tours: list[str] = field(default_factory=list)
-    #: label of the output files (``*_ckpt_{label}_{split}.json``); defaults to the agent name
+    #: label of the output files (``*_ckpt_{label}_{split}.json``); defaults to the agent name,
+    #: or to the checkpoint index for ``ckpt.{i}.pth`` files
     label: str = ""
-    #: reuse per-tour results already on disk (resume an interrupted run)
+    #: reuse per-tour results already on disk whose fingerprint matches (resume)
     resume: bool = True
+    #: with a checkpoint folder: keep watching it for new checkpoints while training writes them
+    poll: bool = False
+    #: stop polling after this many seconds without a new checkpoint
+    poll_timeout: float = 3600.0
+    poll_interval: float = 30.0
+    #: save the first and last RGB frame of every episode (``frames_{label}_{split}/``)
+    save_frames: bool = False
+    #: write a video per episode: RGB | depth | egocentric map | top-down (``videos_{label}_{split}/``)
+    video: bool = False
 
 
 @dataclass
@@ -515,7 +533,10 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "mapping.map_cell": (_between(0.005, 1.0), "a cell in [0.005, 1] m"),
     "mapping.rednet_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
     "policy.rgb_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
-    "eval.workers": (_between(1, 256), "an integer in [1, 256]"),
+    "eval.num_envs": (_between(1, 256), "an integer in [1, 256]"),
+    "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
+    "eval.poll_timeout": (_positive, "a duration > 0 (seconds)"),
+    "eval.poll_interval": (_positive, "a duration > 0 (seconds)"),
 }
 for _sensor in ("rgb", "depth", "semantic"):
     for _dim in ("width", "height"):
@@ -575,3 +596,41 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
 
 def to_yaml(cfg: DictConfig) -> str:
     return yaml.safe_dump(resolved(cfg), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- profiles
+
+#: The official implementation's behaviour (SPEC §11): every switch whose official value
+#: reaches published numbers. ``configs/profiles/official.yaml`` sets exactly these values
+#: (a test keeps the two in agreement); the schema defaults are the fixed profile.
+OFFICIAL_PROFILE: dict[str, Any] = {
+    "env.oracle_goal_radius": 0.25,  # R1, the same in both profiles
+    "env.oracle_step_limit": 1000,
+    "env.precise_episode_start": False,  # M11
+    "env.reset_obs_at_nominal_start": True,  # R2
+    "env.stale_obs_after_teleport": True,  # R4
+    "env.log_final_pose_on_timeout": False,  # M10
+    "env.oracle_double_query": True,  # R3
+    "env.expert_query_every_observation": True,  # R9
+    "train.pm_broadcast_bug": True,  # T1
+    "train.bn_train_mode": True,  # T3
+    "policy.reset_state_gru_per_episode": False,  # T11, the same in both profiles
+    "metrics.tndtw.variant": "official",
+}
+
+
+def profile_of(cfg: DictConfig) -> dict[str, Any]:
+    """Which profile a config follows: ``official``, ``fixed`` (the defaults) or ``custom``,
+    with every profile flag's value (for results manifests)."""
+    defaults = OmegaConf.structured(ExperimentConfig)
+    flags, official, fixed = {}, True, True
+    for key, value in OFFICIAL_PROFILE.items():
+        mine = _get(cfg, key)
+        mine = mine.value if isinstance(mine, enum.Enum) else mine
+        default = _get(defaults, key)
+        default = default.value if isinstance(default, enum.Enum) else default
+        flags[key] = mine
+        official &= mine == value
+        fixed &= mine == default
+    name = "official" if official else "fixed" if fixed else "custom"
+    return {"profile": name, "flags": flags}

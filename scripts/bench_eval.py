@@ -68,7 +68,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rates = {}
         for workers in (1, 2):
-            cfg = load_config(None, [f"data.root={args.data}", "data.split=val_unseen", "eval.agent=oracle", f"eval.workers={workers}",
+            cfg = load_config(None, [f"data.root={args.data}", "data.split=val_unseen", "eval.agent=oracle", f"eval.num_envs={workers}",
                                      f"results_dir={tmp}/w{workers}", f"simulator.sensors=[{args.sensors}]", "eval.resume=false"])
             t0 = time.perf_counter()
             summary = evaluate(cfg)

@@ -66,7 +66,8 @@ def test_closest_key_searches_everywhere_when_no_sibling_matches():
     ("simulator.nav_cell=0", "simulator.nav_cell"),
     ("simulator.rgb.width=0", "simulator.rgb.width"),
     ("simulator.depth.hfov=180", "simulator.depth.hfov"),
-    ("eval.workers=0", "eval.workers"),
+    ("eval.num_envs=0", "eval.num_envs"),
+    ("eval.device=gpu", "eval.device"),
     ("simulator.sensors=[lidar]", "simulator.sensors"),
     ("simulator.sensors=[depth,depth]", "simulator.sensors"),
     ("mapping.world_extent=1e5", "mapping.world_extent"),  # used to allocate 16 TB
@@ -88,3 +89,12 @@ def test_value_errors_name_the_file_that_set_them(tmp_path):
     with pytest.raises(ConfigError, match=rf"{f}: config key 'metrics.tndtw.d_th'"):
         load_config(f)
     assert load_config(f, ["metrics.tndtw.d_th=2.5"]).metrics.tndtw.d_th == 2.5  # a later override fixes it
+
+
+def test_official_profile_yaml_matches_the_profile_table():
+    from ivln_ce.config import OFFICIAL_PROFILE, profile_of
+
+    cfg = load_config(REPO_CONFIGS / "profiles" / "official.yaml")
+    assert profile_of(cfg) == {"profile": "official", "flags": OFFICIAL_PROFILE}
+    assert profile_of(load_config())["profile"] == "fixed"
+    assert profile_of(load_config(None, ["env.oracle_double_query=true"]))["profile"] == "custom"

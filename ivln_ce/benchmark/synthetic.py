@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ivln_ce import __version__
 from ivln_ce.config import load_config
+from ivln_ce.fingerprint import code_digest, digest
 from ivln_ce.data.episodes import Episode, EpisodeDataset, Goal, ReferenceTrajectory, load_episodes, load_reference_trajectories, write_reference_trajectories
 from ivln_ce.data.instructions import InstructionGenerator
 from ivln_ce.data.jsonio import atomic_write_bytes, write_json
@@ -35,7 +37,7 @@ from ivln_ce.data.tours import evaluation_order, load_tours, write_tours
 from ivln_ce.data.vocab import Vocabulary
 from ivln_ce.env.tour_env import TourEnv, TourItem
 from ivln_ce.benchmark.tours import distance_provider
-from ivln_ce.evaluation.agents import OracleAgent, run_tour
+from ivln_ce.rollout.scripted import OracleAgent, run_tour
 from ivln_ce.geometry import heading_to_quaternion
 from ivln_ce.scenes.layout import generate_house
 from ivln_ce.scenes.mesh import Scene, layout_mesh, save_scene
@@ -153,18 +155,36 @@ def sample_house_paths(sim: EmbeddedSimulator, rng: np.random.Generator, n_paths
     return out
 
 
-def build_house(out: Path, house_seed: int, counts: dict[str, int], instructions: int, augment: int, rng_seed: int) -> dict:
-    """Scene files plus paths and grounded instructions of one house (cached as JSON)."""
+#: the modules whose code decides a synthetic benchmark's content (houses, paths, instructions,
+#: tours, targets): a change to any of them invalidates cached houses and complete builds
+GENERATOR_MODULES = ("scenes", "sim", "data", "benchmark", "env", "metrics", "config.py", "geometry.py")
+
+
+def build_fingerprint(preset: "Preset", seed: int) -> str:
+    return digest({"preset": asdict(preset), "seed": seed, "code": code_digest(*GENERATOR_MODULES), "version": __version__})
+
+
+def build_house(out: Path, house_seed: int, counts: dict[str, int], instructions: int, augment: int, rng_seed: int,
+                fingerprint: str = "") -> dict:
+    """Scene files plus paths and grounded instructions of one house (cached as JSON; a cached
+    house is reused only when it was made by the same generator code with the same settings)."""
     work = out / "_work" / f"house_{house_seed:05d}.json"
+    key = digest({"build": fingerprint, "house": house_seed, "counts": counts, "instructions": instructions,
+                  "augment": augment, "rng": rng_seed})
     if work.exists():
-        return json.loads(work.read_text())
+        try:
+            cached = json.loads(work.read_text())
+        except (OSError, ValueError):
+            cached = None
+        if isinstance(cached, dict) and cached.get("fingerprint") == key:
+            return cached
     layout = generate_house(house_seed)
     glb = save_scene(layout, out / SCENE_DIR / "synthetic")
     sim = EmbeddedSimulator(load_config(None, ["simulator.sensors=[]"]).simulator)
     sim.load_scene_object(Scene(layout, layout_mesh(layout)), str(glb))
     rng = np.random.default_rng(rng_seed)
     gen = InstructionGenerator(layout)
-    record = {"scene_id": f"synthetic/{layout.name}/{layout.name}.glb", "name": layout.name, "splits": {}}
+    record = {"fingerprint": key, "scene_id": f"synthetic/{layout.name}/{layout.name}.glb", "name": layout.name, "splits": {}}
     for split, n in counts.items():
         paths = sample_house_paths(sim, rng, n)
         targets = [split] * instructions + (["envdrop"] * augment if split == "train" else [])
@@ -268,9 +288,13 @@ def build_synthetic(preset_name: str, out: str | Path, seed: int = 0, progress: 
     preset = PRESETS[preset_name]
     out = Path(out)
     manifest_file = out / "manifest.json"
+    fingerprint = build_fingerprint(preset, seed)
     if manifest_file.exists():
-        manifest = json.loads(manifest_file.read_text())
-        if manifest.get("preset") == preset_name and manifest.get("seed") == seed and manifest.get("complete"):
+        try:
+            manifest = json.loads(manifest_file.read_text())
+        except (OSError, ValueError):
+            manifest = {}
+        if manifest.get("fingerprint") == fingerprint and manifest.get("complete"):
             return manifest
     t0 = time.perf_counter()
     jobs = []
@@ -286,19 +310,20 @@ def build_synthetic(preset_name: str, out: str | Path, seed: int = 0, progress: 
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(workers) as pool:
-            futures = [pool.submit(_build_job, out, job, preset) for job in jobs]
+            futures = [pool.submit(_build_job, out, job, preset, fingerprint) for job in jobs]
             for job, fut in zip(jobs, futures):
                 houses[job[0]].append(fut.result())
                 bar.update()
     else:
         for job in jobs:
-            houses[job[0]].append(_build_job(out, job, preset))
+            houses[job[0]].append(_build_job(out, job, preset, fingerprint))
             bar.update()
     bar.close()
     counts = assemble(out, houses)
     tour_stats = build_tours(out, seed=seed, progress=progress)
     target_counts = build_targets(out, preset.target_splits, progress=progress)
     manifest = {
+        "fingerprint": fingerprint,
         "preset": preset_name,
         "seed": seed,
         "preset_values": asdict(preset),
@@ -313,6 +338,7 @@ def build_synthetic(preset_name: str, out: str | Path, seed: int = 0, progress: 
     return manifest
 
 
-def _build_job(out: Path, job, preset: Preset) -> dict:
+def _build_job(out: Path, job, preset: Preset, fingerprint: str) -> dict:
     _, house_seed, counts = job
-    return build_house(out, house_seed, counts, preset.instructions, preset.augment_instructions, rng_seed=house_seed + 7)
+    return build_house(out, house_seed, counts, preset.instructions, preset.augment_instructions, rng_seed=house_seed + 7,
+                       fingerprint=fingerprint)

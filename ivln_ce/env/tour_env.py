@@ -6,13 +6,17 @@ the phase machine ``agent -> oracle_goal -> oracle_start -> agent``:
 
 * ``agent``: the action is executed, measures update, the step counter counts it (STOP
   included, 500 at most). When the agent stops or times out, its episode metrics are
-  reported in ``info["metrics"]``, and the oracle takes over.
+  reported in ``info["metrics"]`` together with ``info["metrics_episode_id"]``, the episode
+  they belong to, and the oracle takes over.
 * ``oracle_goal``: if the agent stopped ``oracle_goal_radius`` or farther from the goal
   (geodesic), the oracle walks it there. Then the episode's *sim episode* ends: its path log
-  is flushed (``info["path"]``) and, within the tour, the next episode begins.
-* ``oracle_start``: the oracle walks from the previous goal to the next start position and
-  turns to the start heading (7.5 deg tolerance). On an oracle failure (follower error or
-  the per-phase step limit) the agent is teleported to the start, counted in ``info``.
+  is flushed (``info["path"]``, ``info["finished_episode_id"]``) and, within the tour, the
+  next episode begins in the same step (``info["episode_id"]`` is then already the new one).
+* ``oracle_start``: the oracle walks from the previous goal to the next start position, to
+  within ``oracle_start_radius`` (its own follower), and turns to the start heading (7.5 deg
+  tolerance). On an oracle failure (follower error or the per-phase step limit) the agent is
+  teleported to the start; ``info["teleported"]`` says so on the step it happened, the reset
+  step included.
 
 The agent's action is ignored in oracle phases (``info["produce_action"]`` is False there),
 but observations are returned on every step. Memory signals follow the mask table (SPEC
@@ -22,7 +26,14 @@ tour mask is 0 (the first observation of a tour). The path log follows the offic
 (SPEC §3.7): at the start of every step, before the action, the pose is appended with the
 current phase and episode id; agent logs are therefore scorable against targets.
 
-Switches in ``EnvConfig`` reproduce the official runner's defects (R1-R4, M10-M11) or fix
+Task sensors (SPEC §2.4): ``instruction``, ``progress`` (from the distance to the goal, which
+is recomputed only when the agent moved more than 1e-4 m, the official query pattern M12),
+the base ``position`` and ``heading``, and with ``expert=True`` the DAgger expert's action
+``expert_action`` (a greedy follower toward the goal with ``expert_radius``, STOP on error;
+queried on every observation when ``expert_query_every_observation``, else on agent-phase
+observations only, R9).
+
+Switches in ``EnvConfig`` reproduce the official runner's defects (R1-R4, R9, M10-M11) or fix
 them; each documents its official value.
 """
 
@@ -46,6 +57,16 @@ from ivln_ce.sim.base import STOP, Observations, Simulator
 from ivln_ce.sim.follower import FollowerError, GreedyFollower
 
 VOCAB_LIMIT = 100_000
+#: the distance to the goal is re-queried only after the agent moved more than this (M12)
+REQUERY_DISTANCE = 1e-4
+
+
+class TourFinishedError(RuntimeError):
+    """``step`` was called after the tour ended; call ``reset`` first."""
+
+
+class SceneContainmentError(ValueError):
+    """An episode's ``scene_id`` points outside the scenes folder."""
 
 
 def simulator_distance(sim: Simulator):
@@ -57,6 +78,15 @@ def simulator_distance(sim: Simulator):
         return np.array([[sim.geodesic_distance(p, q) for q in b] for p in a])
 
     return distance
+
+
+def contained_scene_path(scenes_dir: Path, scene_id: str) -> Path:
+    """``scenes_dir / scene_id``, refusing ids that climb out of the folder (``../``, absolute)."""
+    root = scenes_dir.resolve()
+    path = (root / scene_id).resolve()
+    if not path.is_relative_to(root):
+        raise SceneContainmentError(f"scene_id {scene_id!r} leads outside the scenes folder {root}")
+    return path
 
 
 @dataclass
@@ -79,6 +109,11 @@ class EpisodeRecord:
     teleports: int = 0
     oracle_steps: int = 0
     metrics: EpisodeMetrics | None = None
+    #: which reference the per-episode nDTW used: "gt" ({split}_gt.json.gz locations) or
+    #: "reference_path" (the 4-7 nav-graph nodes, a fallback)
+    reference: str = "gt"
+    #: distance-to-goal cache of the M12 query pattern: (position it was measured at, value)
+    goal_query: tuple[np.ndarray, float] | None = None
 
 
 class TourEnv(gym.Env):
@@ -96,6 +131,7 @@ class TourEnv(gym.Env):
         success_distance: float = 3.0,
         instruction_length: int = 200,
         vocab_size: int = VOCAB_LIMIT,
+        expert: bool = False,
     ):
         if not tours:
             raise ValueError("TourEnv needs at least one tour")
@@ -105,7 +141,11 @@ class TourEnv(gym.Env):
         self.references = references or {}
         self.scenes_dir = Path(scenes_dir) if scenes_dir is not None else None
         self.success_distance = success_distance
-        self.oracle: GreedyFollower = sim.make_follower(self.cfg.oracle_goal_radius, fix_thrashing=not self.cfg.oracle_double_query)
+        fix = not self.cfg.oracle_double_query
+        # one follower per role (SPEC §2.6): goal walk, start walk, and the DAgger expert
+        self.oracle_goal: GreedyFollower = sim.make_follower(self.cfg.oracle_goal_radius, fix_thrashing=fix)
+        self.oracle_start: GreedyFollower = sim.make_follower(self.cfg.oracle_start_radius, fix_thrashing=fix)
+        self.expert: GreedyFollower | None = sim.make_follower(self.cfg.expert_radius) if expert else None
         self.action_space = spaces.Discrete(4)
         self.observation_space = self._observation_space(instruction_length, vocab_size)
         self._tour_index = -1
@@ -115,6 +155,7 @@ class TourEnv(gym.Env):
         self._log: list[dict] = []  # entries of the current sim episode
         self._tour_path: list[dict] = []
         self._pending_oracle: int | None = None
+        self._tour_over = False
 
     # ------------------------------------------------------------------ spaces
     def _observation_space(self, L: int, vocab: int) -> spaces.Dict:
@@ -125,6 +166,8 @@ class TourEnv(gym.Env):
             "position": spaces.Box(-np.inf, np.inf, (3,), np.float32),
             "heading": spaces.Box(-math.pi, math.pi, (1,), np.float32),
         }
+        if self.expert is not None:
+            items["expert_action"] = spaces.Discrete(4)
         if "rgb" in c.sensors:
             items["rgb"] = spaces.Box(0, 255, (c.rgb.height, c.rgb.width, 3), np.uint8)
         if "depth" in c.sensors:
@@ -144,10 +187,15 @@ class TourEnv(gym.Env):
         return self.tour_item.episodes[self._ep_index]
 
     def _load_scene(self, episode: Episode) -> None:
-        scene = str(self.scenes_dir / episode.scene_id) if self.scenes_dir is not None else episode.scene_id
+        if self.scenes_dir is not None:
+            scene = str(contained_scene_path(self.scenes_dir, episode.scene_id))
+        else:
+            scene = episode.scene_id
         if self.sim.scene_id != scene:
             self.sim.load_scene(scene)
-            self.oracle.reset()
+            for f in (self.oracle_goal, self.oracle_start, self.expert):
+                if f is not None:
+                    f.reset()
 
     def _pose(self) -> tuple[np.ndarray, float]:
         s = self.sim.get_agent_state()
@@ -157,10 +205,19 @@ class TourEnv(gym.Env):
         pos, _ = self._pose()
         return {"position": [float(v) for v in pos], "phase": PHASES[self.phase], "episode_id": self.episode.episode_id}
 
+    def _goal_distance(self, pos: np.ndarray) -> float:
+        """Distance to the current goal, re-queried only after a move (SPEC §2.7, M12)."""
+        cached = self.rec.goal_query
+        if cached is not None and float(np.linalg.norm(pos - cached[0])) <= REQUERY_DISTANCE:
+            return cached[1]
+        d = self.sim.geodesic_distance(pos, self.episode.goal_position)
+        self.rec.goal_query = (np.array(pos, dtype=np.float64), d)
+        return d
+
     def _obs(self, raw: Observations) -> dict[str, Any]:
         ep = self.episode
-        pos, heading = raw.position, raw.heading
-        d = self.sim.geodesic_distance(pos, ep.goal_position)
+        pos, heading = np.asarray(raw.position, dtype=np.float64), raw.heading
+        d = self._goal_distance(pos)
         d0 = self.rec.d0 if self.rec is not None else ep.geodesic_distance
         progress = (d0 - d) / d0 if math.isfinite(d) and d0 > 0 else 0.0
         out: dict[str, Any] = {
@@ -169,20 +226,31 @@ class TourEnv(gym.Env):
             "position": np.asarray(pos, dtype=np.float32),
             "heading": np.array([heading], dtype=np.float32),
         }
+        if self.expert is not None:
+            out["expert_action"] = self._expert_label(pos, heading)
         for key in ("rgb", "depth", "semantic", "semantic12"):
             value = getattr(raw, key)
             if value is not None:
                 out[key] = value
         return out
 
-    def _safe_query(self, target: Sequence[float], heading: float | None) -> int:
-        """The oracle's action from the current pose, STOP on failure (SPEC §3.3)."""
+    def _expert_label(self, pos: np.ndarray, heading: float) -> int:
+        """The DAgger expert's action for this observation (SPEC §2.4, §2.6; R9)."""
+        if self.phase != AGENT and not self.cfg.expert_query_every_observation:
+            return STOP  # never stored: collection keeps agent steps only
+        try:
+            return int(self.expert.next_action(pos, heading, self.episode.goal_position))
+        except FollowerError:
+            return STOP
+
+    def _safe_query(self, follower: GreedyFollower, target: Sequence[float], heading: float | None) -> int:
+        """The oracle's action from the current pose, -1 on failure (SPEC §3.3)."""
         limit = self.cfg.oracle_step_limit
         if limit >= 0 and self.rec.oracle_steps - 1 >= limit:
             return -1
         pos, cur = self._pose()
         try:
-            return self.oracle.next_action(pos, cur, target, heading)
+            return follower.next_action(pos, cur, target, heading)
         except FollowerError:
             return -1
 
@@ -191,36 +259,38 @@ class TourEnv(gym.Env):
         self.sim.set_agent_state(ep.start_position, ep.start_heading)
         self.rec.teleports += 1
 
-    def _begin_episode(self, first_of_tour: bool) -> tuple[Observations, bool]:
-        """Reset measures for the current episode; returns (observation, produce_action)."""
+    def _begin_episode(self, first_of_tour: bool) -> tuple[Observations, bool, bool]:
+        """Reset measures for the current episode; returns (observation, produce_action, teleported)."""
         ep = self.episode
         prev_pose = None if first_of_tour else self._pose()
         self._load_scene(ep)
         start = np.asarray(ep.start_position, dtype=np.float64)
-        self.rec = EpisodeRecord(ep, path=[start.copy()])
+        ref = self.references.get(ep.episode_id)
+        self.rec = EpisodeRecord(ep, path=[start.copy()], reference="gt" if ref is not None else "reference_path")
         self.rec.d0 = self.sim.geodesic_distance(start, ep.goal_position)
         self._log = []
         if first_of_tour or not self.cfg.oracle_phases:
             self.sim.set_agent_state(start, ep.start_heading)
             self.phase = AGENT
-            return self.sim.get_observations(), True
+            return self.sim.get_observations(), True, False
         # official: the observation is rendered at the nominal start, then the agent goes back
         self.sim.set_agent_state(start, ep.start_heading)
         nominal = self.sim.get_observations() if self.cfg.reset_obs_at_nominal_start else None
         self.sim.set_agent_state(*prev_pose)
         self.phase = ORACLE_START
-        action = self._safe_query(start, ep.start_heading)
-        produce = False
+        action = self._safe_query(self.oracle_start, start, ep.start_heading)
+        produce, teleported = False, False
         if action in (STOP, -1):
             if action == -1:
                 self._teleport_to_start()
+                teleported = True
             elif self.cfg.precise_episode_start:
                 self.sim.set_agent_state(start, ep.start_heading)
             self.phase = AGENT
             produce = True
         else:
             self._pending_oracle = action
-        return (nominal if nominal is not None else self.sim.get_observations()), produce
+        return (nominal if nominal is not None else self.sim.get_observations()), produce, teleported
 
     def _finish_agent_episode(self, stopped: bool) -> EpisodeMetrics:
         ep, rec = self.episode, self.rec
@@ -235,6 +305,8 @@ class TourEnv(gym.Env):
             shortest_distance=rec.d0,
             d_th=self.success_distance,
             goal_distance=simulator_distance(self.sim),
+            agent_actions=rec.actions,
+            reference_actions=ref.actions if ref is not None else None,
         )
         rec.metrics = m
         return m
@@ -251,8 +323,11 @@ class TourEnv(gym.Env):
         self._ep_index = 0
         self._tour_path = []
         self._pending_oracle = None
-        self.oracle.reset()
-        raw, produce = self._begin_episode(first_of_tour=True)
+        self._tour_over = False
+        for f in (self.oracle_goal, self.oracle_start, self.expert):
+            if f is not None:
+                f.reset()
+        raw, produce, _ = self._begin_episode(first_of_tour=True)
         info = self._info(produce_action=produce, tour_start=True, episode_start=True)
         return self._obs(raw), info
 
@@ -276,6 +351,8 @@ class TourEnv(gym.Env):
     def step(self, action: int):
         if self.rec is None:
             raise RuntimeError("call reset() before step()")
+        if self._tour_over:
+            raise TourFinishedError(f"tour {self.tour_item.tour.tour_id} has ended; call reset() to start the next tour")
         self._log.append(self._entry())
         if self.phase == AGENT:
             return self._agent_step(int(action))
@@ -295,15 +372,23 @@ class TourEnv(gym.Env):
         metrics = self._finish_agent_episode(stopped)
         if timed_out and not stopped and self.cfg.log_final_pose_on_timeout:
             self._log.append(self._entry())  # the pose after the last action (fixes M10)
-        info = {"agent_done": True, "metrics": metrics.as_dict(), "collided": result.collided}
+        info = {
+            "agent_done": True,
+            "metrics": metrics.as_dict(),
+            "metrics_episode_id": self.episode.episode_id,
+            "reference": rec.reference,
+            "agent_path": [[float(v) for v in p] for p in rec.path],
+            "collided": result.collided,
+        }
         if not self.cfg.oracle_phases:
             return self._end_sim_episode(result.observations, info)
         ep = self.episode
         self.rec.oracle_steps = 0
         if not self.cfg.oracle_goal_phase:
+            self.phase = ORACLE_START
             return self._end_sim_episode(result.observations, info)
         self.phase = ORACLE_GOAL
-        first = self._safe_query(ep.goal_position, None)
+        first = self._safe_query(self.oracle_goal, ep.goal_position, None)
         if first in (STOP, -1):
             self.phase = ORACLE_START
             return self._end_sim_episode(result.observations, info)
@@ -313,6 +398,7 @@ class TourEnv(gym.Env):
     def _oracle_step(self):
         ep, rec = self.episode, self.rec
         goal_phase = self.phase == ORACLE_GOAL
+        follower = self.oracle_goal if goal_phase else self.oracle_start
         target = ep.goal_position if goal_phase else ep.start_position
         heading = None if goal_phase else ep.start_heading
         action = self._pending_oracle
@@ -320,7 +406,7 @@ class TourEnv(gym.Env):
         if action is None or action == -1 or self.cfg.oracle_double_query:
             pos, cur = self._pose()
             try:
-                action = self.oracle.next_action(pos, cur, target, heading)
+                action = follower.next_action(pos, cur, target, heading)
             except FollowerError:
                 action = -1
         if action in (STOP, -1):  # nothing to walk (the pending query was stale)
@@ -328,7 +414,7 @@ class TourEnv(gym.Env):
         result = self.sim.step(action)
         rec.oracle_steps += 1
         obs = result.observations
-        nxt = self._safe_query(target, heading)
+        nxt = self._safe_query(follower, target, heading)
         teleported = False
         if nxt == -1:
             if not goal_phase:
@@ -361,11 +447,13 @@ class TourEnv(gym.Env):
         flags["teleports"] = self.rec.teleports
         if self._ep_index + 1 >= len(self.tour_item.episodes):
             flags["tour_path"] = list(self._tour_path)
+            self._tour_over = True
             return self._obs(obs), 0.0, True, False, self._info(**flags)
         self._ep_index += 1
-        raw, produce = self._begin_episode(first_of_tour=False)
+        raw, produce, teleported = self._begin_episode(first_of_tour=False)
         flags["produce_action"] = produce
         flags["episode_start"] = True
+        flags["teleported"] = bool(flags.get("teleported")) or teleported
         return self._obs(raw), 0.0, False, False, self._info(**flags)
 
     @property

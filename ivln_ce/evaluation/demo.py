@@ -17,7 +17,7 @@ from ivln_ce.benchmark.synthetic import SCENE_DIR, build_synthetic
 from ivln_ce.config import load_config
 from ivln_ce.data.episodes import load_episodes
 from ivln_ce.data.targets import iter_target_paths, load_agent_paths
-from ivln_ce.evaluation.agents import AGENTS
+from ivln_ce.rollout.scripted import AGENTS
 from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, summary_row
 from ivln_ce.scenes.mesh import load_scene
 from ivln_ce.sim.embedded import EmbeddedSimulator
@@ -34,7 +34,7 @@ def run_demo(data_dir: str | Path, results_dir: str | Path, seed: int = 0, worke
     for agent in AGENTS:
         cfg = load_config(
             None,
-            [f"data.root={data_dir}", "data.split=val_unseen", f"eval.agent={agent}", f"eval.workers={workers}",
+            [f"data.root={data_dir}", "data.split=val_unseen", f"eval.agent={agent}", f"eval.num_envs={workers}",
              f"results_dir={results_dir}", "simulator.sensors=[]", f"seed={seed}"],
         )
         summary = evaluate(cfg)

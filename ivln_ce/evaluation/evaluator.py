@@ -1,27 +1,34 @@
-"""Resumable, parallel tour evaluation (``ivln-ce eval``).
+"""Resumable, parallel tour evaluation (``ivln-ce eval``) on the rollout engine.
 
-Tours are the unit of work: a tour never splits across workers. Each finished tour is
-written atomically to ``RESULTS/tours_{label}_{split}/{tour_id}.json`` (its episodes'
-metrics, its path log, its teleports), so a killed run resumes where it stopped and gives
-identical final results. Parallelism: ``eval.workers`` processes on one machine, or the ranks
-of ``torchrun`` (torch.distributed; gloo on CPU, nccl on GPU), each taking a balanced share
-of the tours; rank 0 gathers. The outputs, in the official names (SPEC §10.2):
+Tours are the unit of work: a tour never splits across environments. ``eval.num_envs``
+worker processes step their environments in parallel (``rollout.engine``); under
+``torchrun`` the ranks shard the tours, each with its own environments and device, and rank
+0 gathers. Each finished tour is written atomically to
+``RESULTS/tours_{label}_{split}/{tour_id}.json`` with the run's fingerprint
+(``evaluation.fingerprint``): on resume a file is reused only when its fingerprint matches
+(same config up to cosmetic keys, same data, scene, checkpoint and code), and the run says
+how many tours it reused and recomputed. The outputs, in the official names (SPEC §10.2):
 
-* ``iterative_stats_ckpt_{label}_{split}.json`` — episodic means, t-nDTW in both variants,
-  and the fully resolved config;
+* ``iterative_stats_ckpt_{label}_{split}.json`` — episodic means, t-nDTW of the configured
+  variant and distance (``metrics.tndtw.*``) plus both Euclidean variants for comparison,
+  notes on fallbacks, the latency breakdown and the fully resolved config;
 * ``iterative_all_stats_ckpt_{label}_{split}.json`` — tour id -> episode id -> metrics;
 * ``dtw_data_ckpt_{label}_{split}.json`` — the agent path log (official layout, indent 2);
-* ``tours_ckpt_{label}_{split}.json`` — per tour: t-nDTW of both variants, weight, teleports.
+* ``tours_ckpt_{label}_{split}.json`` — per tour: t-nDTW, weight, teleports;
+* ``manifest_ckpt_{label}_{split}.json`` — fingerprint, profile and flags, versions, data file
+  hashes, navmeshes, leaderboard validity.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +36,23 @@ import numpy as np
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from ivln_ce.config import as_dataclass, resolved
+from ivln_ce.config import ConfigError, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
 from ivln_ce.data.targets import PathFileWriter, TourPath, iter_target_paths
 from ivln_ce.data.tours import evaluation_order, load_tours
-from ivln_ce.env.tour_env import TourEnv, TourItem
-from ivln_ce.evaluation.agents import make_agent, run_tour
+from ivln_ce.env.tour_env import TourItem, contained_scene_path, simulator_distance
+from ivln_ce import fingerprint as fpr
+from ivln_ce.evaluation.recorders import FrameRecorder, MapRecorder, safe_name
 from ivln_ce.metrics.tour import score_split
-from ivln_ce.sim import make_simulator
+from ivln_ce.rollout.engine import EngineStats, RolloutEngine
+from ivln_ce.rollout.records import TourResult
+from ivln_ce.rollout.scripted import AGENTS as SCRIPTED_AGENTS
 
-METRIC_KEYS = ("path_length", "distance_to_goal", "oracle_success", "success", "spl", "ndtw", "sdtw", "cls", "steps_taken")
+log = logging.getLogger(__name__)
+
+METRIC_KEYS = ("path_length", "distance_to_goal", "oracle_success", "success", "spl", "ndtw", "sdtw", "cls", "sed", "steps_taken")
+CHECKPOINT_NAME = re.compile(r"ckpt\.(\d+)\.pth$")
 
 
 @dataclass
@@ -48,275 +61,598 @@ class EvalPaths:
     split: str
     label: str
 
+    def _named(self, kind: str) -> Path:
+        return self.results / f"{kind}_{safe_name(self.label)}_{safe_name(self.split)}"
+
     @property
     def tour_dir(self) -> Path:
-        return self.results / f"tours_{self.label}_{self.split}"
+        return self._named("tours")
+
+    @property
+    def maps_dir(self) -> Path:
+        return self._named("maps")
+
+    @property
+    def frames_dir(self) -> Path:
+        return self._named("frames")
+
+    @property
+    def videos_dir(self) -> Path:
+        return self._named("videos")
 
     def tour_file(self, tour_id: str) -> Path:
-        return self.tour_dir / f"{tour_id}.json"
+        return self.tour_dir / f"{safe_name(tour_id)}.json"
 
     def output(self, kind: str) -> Path:
-        return self.results / f"{kind}_ckpt_{self.label}_{self.split}.json"
+        return self.results / f"{kind}_ckpt_{safe_name(self.label)}_{safe_name(self.split)}.json"
+
+
+@dataclass
+class SplitData:
+    """Episodes of the split joined to their tours, in evaluation order."""
+
+    items: list[TourItem]
+    references: dict
+    scenes_dir: Path
+    files: dict[str, str]  # role -> path read
+    notes: list[str] = field(default_factory=list)
+    vocab_size: int = 0
 
 
 def _fmt(path_template: str, split: str) -> str:
     return path_template.replace("{split}", split)
 
 
-def load_split(cfg: DictConfig) -> tuple[list[TourItem], dict, Path]:
-    """Episodes of the split joined to their tours, in evaluation order; references; scenes dir."""
+def load_split(cfg: DictConfig) -> SplitData:
     split = cfg.eval.split
-    ds = load_episodes(_fmt(cfg.data.episodes, split))
+    episodes_file = _fmt(cfg.data.episodes, split)
+    ds = load_episodes(episodes_file)
     tours = load_tours(cfg.data.tours, split)
     keep = list(cfg.eval.tours) or None
+    if keep:
+        unknown = sorted(set(map(str, keep)) - {t.tour_id for t in tours})
+        if unknown:
+            raise ConfigError(f"eval.tours: no tour(s) {unknown[:10]} in split {split!r} of {cfg.data.tours} ({len(tours)} tours)")
     items = [TourItem(t, eps) for t, eps in evaluation_order(ds, tours, tour_ids=keep)]
     if not items:
-        raise ValueError(f"no tours to evaluate in split {split!r} (tours file {cfg.data.tours})")
+        raise ValueError(f"no tours to evaluate in split {split!r} (tours file {cfg.data.tours}, episodes {episodes_file})")
+    scenes_dir = Path(cfg.data.scenes_dir)
+    for it in items:  # contain every scene path before any work starts
+        for ep in it.episodes:
+            contained_scene_path(scenes_dir, ep.scene_id)
     ref_file = Path(_fmt(cfg.data.reference_trajectories, split))
-    refs = load_reference_trajectories(ref_file) if ref_file.exists() else {}
-    return items, refs, Path(cfg.data.scenes_dir)
+    notes = []
+    if ref_file.exists():
+        refs = load_reference_trajectories(ref_file)
+    else:
+        refs = {}
+        notes.append(f"{ref_file} not found: per-episode nDTW, CLS and SED use each episode's reference_path "
+                     f"(its nav-graph nodes) instead of the expert rollout; SED is not computed")
+    files = {"episodes": episodes_file, "references": str(ref_file), "tours": str(cfg.data.tours)}
+    vocab = ds.vocab
+    vocab_size = len(vocab) if vocab is not None else 1 + max((t for e in ds for t in e.instruction_tokens), default=0)
+    return SplitData(items, refs, scenes_dir, files, notes, vocab_size)
 
 
-def shard(items: list[TourItem], n: int) -> list[list[int]]:
+# --------------------------------------------------------------------------- checks
+
+
+def check_eval_config(cfg: DictConfig) -> None:
+    """Reject combinations that cannot be honoured, before any work starts."""
+    t = cfg.metrics.tndtw
+    if t.variant == TndtwVariant.official and t.distance == DistanceKind.geodesic:
+        raise ConfigError("metrics.tndtw.distance=geodesic needs metrics.tndtw.variant=paper: the official t-nDTW is "
+                          "Euclidean by definition (SPEC §4.5)")
+    agent = cfg.eval.agent
+    if agent == "policy":
+        if cfg.policy.name == PolicyName.none:
+            raise ConfigError(f"eval.agent=policy needs policy.name (one of {[p.value for p in PolicyName if p != PolicyName.none]}); "
+                              f"or evaluate a scripted agent with eval.agent={'|'.join(SCRIPTED_AGENTS)}")
+    elif agent in SCRIPTED_AGENTS:
+        if cfg.policy.name != PolicyName.none:
+            raise ConfigError(f"policy.name={cfg.policy.name.value} is set but eval.agent={agent}; use eval.agent=policy")
+    else:
+        raise ConfigError(f"eval.agent must be 'policy' or one of {list(SCRIPTED_AGENTS)}, got {agent!r}")
+    sensors = set(cfg.simulator.sensors)
+    if cfg.mapping.save_images:
+        need = {"depth"} | ({"semantic"} if cfg.mapping.semantics.value == "gt" else {"rgb"})
+        if cfg.mapping.mode.value == "known":
+            need = set()
+        if need - sensors:
+            raise ConfigError(f"mapping.save_images needs simulator.sensors to include {sorted(need - sensors)}")
+    if (cfg.eval.save_frames or cfg.eval.video) and "rgb" not in sensors:
+        raise ConfigError("eval.save_frames / eval.video need simulator.sensors to include rgb")
+    if cfg.eval.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"eval.device={cfg.eval.device} but torch sees no CUDA device; use eval.device=cpu")
+
+
+def eval_label(cfg: DictConfig, checkpoint: str | None = None) -> str:
+    if cfg.eval.label:
+        return str(cfg.eval.label)
+    if cfg.eval.agent != "policy":
+        return cfg.eval.agent
+    ckpt = checkpoint if checkpoint is not None else cfg.policy.checkpoint
+    m = CHECKPOINT_NAME.search(str(ckpt)) if ckpt else None
+    return m.group(1) if m else cfg.policy.name.value
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def run_fingerprint(cfg: DictConfig, split: SplitData) -> fpr.Fingerprint:
+    files = dict(split.files)
+    policy = cfg.policy
+    uses_policy = cfg.eval.agent == "policy"
+    if uses_policy:
+        files.update(checkpoint=policy.checkpoint, ddppo_weights=policy.ddppo_weights, rgb_weights=policy.rgb_weights,
+                     embeddings=policy.embeddings)
+    uses_maps = (uses_policy and policy.name == PolicyName.map_cma) or cfg.mapping.save_images
+    if uses_maps and cfg.mapping.semantics.value == "rednet":
+        files["rednet"] = cfg.mapping.rednet_checkpoint
+    config = fpr.fingerprint_config(resolved(cfg))
+    if not uses_maps:
+        config.pop("mapping", None)
+    if not uses_policy:
+        config.pop("policy", None)
+    fp = fpr.Fingerprint(config=config, files=fpr.data_files(files))
+    pairs = {(it.tour.scan, it.episodes[0].scene_id) for it in split.items}
+    fp.scenes = fpr.scene_digests(split.scenes_dir, sorted(pairs))
+    if uses_maps and cfg.mapping.mode.value == "known":
+        root = Path(cfg.mapping.known_maps_dir)
+        for scan, _ in sorted(pairs):
+            fp.files[f"known_map:{scan}"] = fpr.file_digest(next(iter(sorted(root.glob(f"*/{scan}.npz"))), root / f"{scan}.npz"))
+    return fp
+
+
+@dataclass
+class ResumePlan:
+    todo: list[int]
+    reused: int = 0
+    stale: int = 0
+    unreadable: int = 0
+
+    def message(self) -> str:
+        extra = []
+        if self.stale:
+            extra.append(f"{self.stale} made with other inputs (fingerprint differs)")
+        if self.unreadable:
+            extra.append(f"{self.unreadable} unreadable")
+        return (f"{self.reused} tour(s) reused from earlier runs, {len(self.todo)} to compute"
+                + (f" ({'; '.join(extra)})" if extra else ""))
+
+
+def plan_resume(cfg: DictConfig, items: list[TourItem], indices: list[int], paths: EvalPaths, fp: fpr.Fingerprint) -> ResumePlan:
+    plan = ResumePlan([])
+    for k in indices:
+        item = items[k]
+        f = paths.tour_file(item.tour.tour_id)
+        if not cfg.eval.resume or not f.exists():
+            plan.todo.append(k)
+            continue
+        try:
+            rec = read_json(f)
+            ok = isinstance(rec, dict) and rec.get("tour_id") == item.tour.tour_id
+        except (ValueError, OSError):
+            rec, ok = None, False
+        if not ok:
+            plan.unreadable += 1
+            plan.todo.append(k)
+        elif rec.get("fingerprint") != fp.for_scan(item.tour.scan):
+            plan.stale += 1
+            plan.todo.append(k)
+        else:
+            plan.reused += 1
+    return plan
+
+
+def clean_stale_temporaries(paths: EvalPaths) -> int:
+    """Remove hidden ``.*.tmp`` files an interrupted run left behind (atomic writes in flight)."""
+    removed = 0
+    folders = [paths.results, paths.tour_dir]
+    for d in (paths.maps_dir, paths.frames_dir, paths.videos_dir):
+        if d.exists():
+            folders += [d, *[p for p in d.rglob("*") if p.is_dir()]]
+    for d in folders:
+        if not d.is_dir():
+            continue
+        for f in d.glob(".*.tmp"):
+            try:
+                f.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+# --------------------------------------------------------------------------- running
+
+
+def shard(items: list[TourItem], indices: list[int], n: int) -> list[list[int]]:
     """Balanced shares of tour indices (greedy by episode count, deterministic)."""
     loads = [0] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    for k in sorted(range(len(items)), key=lambda k: (-len(items[k].episodes), int(items[k].tour.tour_id))):
+    for k in sorted(indices, key=lambda k: (-len(items[k].episodes), int(items[k].tour.tour_id) if items[k].tour.tour_id.isdigit() else 0, items[k].tour.tour_id)):
         w = int(np.argmin(loads))
         out[w].append(k)
         loads[w] += len(items[k].episodes)
     return [sorted(s) for s in out]
 
 
-def _tour_record(item: TourItem, infos: list[dict], steps: int) -> dict:
-    episodes, teleports = {}, {}
-    for info in infos:
-        if "metrics" in info:
-            episodes[info["episode_id"]] = info["metrics"]
-        if info.get("sim_done"):
-            teleports[info["finished_episode_id"]] = info.get("teleports", 0)
-    return {"tour_id": item.tour.tour_id, "scan": item.tour.scan, "episodes": episodes, "teleports": teleports, "steps": steps, "path": infos[-1]["tour_path"]}
+def _tour_record(result: TourResult, fingerprint: str) -> dict:
+    return {"fingerprint": fingerprint, **result.to_json()}
 
 
-def run_worker(cfg: DictConfig, indices: list[int], progress=None) -> None:
-    """Evaluate the tours ``indices`` of the split and write one file per finished tour."""
-    items, refs, scenes_dir = load_split(cfg)
-    paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, cfg.eval.label or cfg.eval.agent)
-    todo = [k for k in indices if not (cfg.eval.resume and paths.tour_file(items[k].tour.tour_id).exists())]
-    if not todo:
-        return
-    sim = make_simulator(cfg.simulator)
-    env = TourEnv(sim, items, cfg.env, refs, scenes_dir, success_distance=cfg.metrics.success_distance)
-    agent = make_agent(cfg.eval.agent, env, seed=cfg.seed)
-    recorder = MapRecorder(cfg, env, paths) if cfg.mapping.save_images else None
+class EvalDriver:
+    """``decide`` for the engine during evaluation: batches observations (maps, features),
+    feeds recorders, and asks the policy (or lets scripted agents act in the workers)."""
+
+    def __init__(self, pipeline=None, policy_agent=None, recorders=()):
+        self.pipeline = pipeline
+        self.policy_agent = policy_agent
+        self.recorders = list(recorders)
+        self._streams: dict[str, str] = {}
+
+    def decide(self, views):
+        from ivln_ce.rollout.observations import maps_per_view
+
+        batch = self.pipeline(views) if self.pipeline is not None else {"streams": [v.stream_id for v in views]}
+        per_view = maps_per_view(batch) if self.recorders else None
+        for r in self.recorders:
+            r.observe(views, per_view)
+        if self.policy_agent is None:
+            return [None] * len(views)
+        return self.policy_agent.act(views, batch)
+
+    def final(self, view) -> None:
+        for r in self.recorders:
+            r.observe([view], [None])
+
+    def on_tour(self, result: TourResult, stream: str | None) -> None:
+        for r in self.recorders:
+            r.on_tour(result, stream)
+
+    def drop(self, stream: str) -> None:
+        if self.policy_agent is not None:
+            self.policy_agent.drop(stream)
+        if self.pipeline is not None:
+            self.pipeline.drop(stream)
+
+    def timings(self) -> dict[str, float]:
+        out = {}
+        if self.pipeline is not None:
+            out.update(self.pipeline.timings)
+        if self.policy_agent is not None:
+            out.update(self.policy_agent.timings)
+        return out
+
+
+def _image_keys(cfg: DictConfig, needs_rgb: bool, needs_depth: bool, needs_semantic: bool) -> tuple[str, ...]:
+    keys = []
+    sensors = set(cfg.simulator.sensors)
+    if needs_rgb and "rgb" in sensors:
+        keys.append("rgb")
+    if needs_depth and "depth" in sensors:
+        keys.append("depth")
+    if needs_semantic and "semantic" in sensors:
+        keys.append("semantic12")
+    return tuple(keys)
+
+
+def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: str) -> tuple[EvalDriver | None, tuple[str, ...]]:
+    """The evaluation driver and the image observations it needs (None: scripted, no recording)."""
+    policy = cfg.eval.agent == "policy"
+    save_maps, frames = bool(cfg.mapping.save_images), bool(cfg.eval.save_frames or cfg.eval.video)
+    if not policy and not save_maps and not frames:
+        return None, ()
+    policy_agent = None
+    needs = {"rgb": frames, "depth": save_maps, "semantic": save_maps and cfg.mapping.semantics.value == "gt"}
+    mapper = None
+    if policy:
+        from ivln_ce.rollout.policy_agent import PolicyAgent
+
+        policy_agent = PolicyAgent.from_config(cfg, split.vocab_size, device=device)
+        for k in policy_agent.image_needs:
+            needs[k] = True
+        mapper = policy_agent.mapper
+    if save_maps and cfg.mapping.semantics.value == "rednet":
+        needs["rgb"] = True
+    if save_maps and mapper is None:
+        from ivln_ce.rollout.policy_agent import make_mapper
+
+        mapper = make_mapper(cfg, device)
+    from ivln_ce.rollout.observations import ObservationPipeline
+
+    keys = _image_keys(cfg, needs["rgb"], needs["depth"], needs["semantic"])
+    pipeline = ObservationPipeline(device, mapper=mapper, image_keys=keys,
+                                   depth_encoder=policy_agent.depth_encoder if policy_agent else None,
+                                   rgb_encoder=policy_agent.rgb_encoder if policy_agent else None)
+    recorders = []
+    if save_maps:
+        recorders.append(MapRecorder(paths.maps_dir, split.items, mapper))
+    if cfg.eval.save_frames:
+        recorders.append(FrameRecorder(paths.frames_dir))
+    if cfg.eval.video:
+        from ivln_ce.evaluation.recorders import VideoRecorder  # noqa: F401  (when the video module exists)
+
+        recorders.append(VideoRecorder(paths.videos_dir, split.items, cfg))
+    return EvalDriver(pipeline, policy_agent, recorders), keys
+
+
+def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPaths, fp: fpr.Fingerprint,
+              device: str = "cpu", show_progress: bool = True) -> tuple[EngineStats, list[dict]]:
+    """Evaluate the tours ``todo`` and write one per-tour file each, as they finish."""
+    driver, keys = build_driver(cfg, split, paths, device)
+    scripted = cfg.eval.agent if cfg.eval.agent != "policy" else None
+    engine = RolloutEngine(split.items, cfg.simulator, cfg.env, split.references, split.scenes_dir,
+                           num_envs=min(int(cfg.eval.num_envs), len(todo)), success_distance=cfg.metrics.success_distance,
+                           agent=scripted, obs_keys=keys, seed=int(cfg.seed))
+    total_eps = sum(len(split.items[k].episodes) for k in todo)
+    bar = tqdm(total=total_eps, desc=f"eval {paths.label} {cfg.eval.split}", unit="ep", file=sys.stderr,
+               disable=(not show_progress) or None)
+    t0, steps = time.perf_counter(), 0
+
+    def write(result: TourResult, stream: str | None = None) -> None:
+        if driver is not None:
+            driver.on_tour(result, stream)
+        atomic_write_bytes(paths.tour_file(result.tour_id), json.dumps(_tour_record(result, fp.for_scan(result.scan))).encode())
+
+    def progress(result: TourResult | None, n: int) -> None:
+        nonlocal steps
+        steps += n
+        if result is not None:
+            bar.update(len(result.episodes))
+        bar.set_postfix(steps_per_s=f"{steps / max(time.perf_counter() - t0, 1e-9):.0f}", refresh=False)
+
     try:
-        for k in todo:
-            infos = run_tour(env, agent, k, recorder)
-            steps = sum(1 for i in infos[1:])
-            record = _tour_record(items[k], infos, steps)
-            atomic_write_bytes(paths.tour_file(items[k].tour.tour_id), json.dumps(record).encode())
-            if progress is not None:
-                progress(len(record["episodes"]), steps)
-    finally:
-        sim.close()
-
-
-class MapRecorder:
-    """Runs the mapper on every observation of a tour and stores per-episode map records
-    (``maps_{label}_{split}/{tour}/{episode}.npz`` and ``.../tour.npz``) for ``ivln-ce viz maps``."""
-
-    def __init__(self, cfg: DictConfig, env: TourEnv, paths: EvalPaths):
-        import math
-
-        import torch
-
-        from ivln_ce.mapping.known import KnownMaps
-        from ivln_ce.mapping.mapper import Mapper
-
-        missing = {"depth", "semantic"} - set(cfg.simulator.sensors)
-        if missing:
-            raise ValueError(f"mapping.save_images needs simulator.sensors to include {sorted(missing)}")
-        known = KnownMaps(cfg.mapping.known_maps_dir) if cfg.mapping.mode.value == "known" else None
-        self.torch = torch
-        self.mapper = Mapper(cfg.mapping, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth, cfg.simulator.sensor_height, known_maps=known)
-        self.env = env
-        self.dir = paths.results / f"maps_{paths.label}_{paths.split}"
-
-    def __call__(self, obs: dict, info: dict) -> None:
-        t = self.torch
-        batch = {
-            "depth": t.from_numpy(obs["depth"])[None],
-            "semantic12": t.from_numpy(obs["semantic12"])[None],
-            "position": t.from_numpy(obs["position"])[None],
-            "heading": t.from_numpy(obs["heading"]),
-        }
-        ep = self.env.episode
-        maps = self.mapper(["stream"], batch, t.tensor([bool(info["episode_memory_reset"])]), t.tensor([bool(info["tour_start"])]), scans=[ep.scan])
-        tour_dir = self.dir / info["tour_id"]
-        if "metrics" in info:
-            xyz, labels = self.mapper.grid.points("stream")
-            rec = self.env.rec
-            tour_dir.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(
-                tour_dir / f"{rec.episode.episode_id}.npz",
-                occupancy=maps["occupancy_map"][0].numpy(), semantic=maps["semantic_map"][0].numpy(),
-                xyz=xyz.numpy(), labels=labels.numpy(), goal=np.asarray(rec.episode.goal_position),
-                path_agent=np.asarray(rec.path), path_reference=np.asarray(rec.episode.reference_path),
-            )
-        if "tour_path" in info:
-            xyz, labels = self.mapper.grid.points("stream")
-            tour_dir.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(tour_dir / "tour.npz", xyz=xyz.numpy(), labels=labels.numpy(),
-                                path_tour=np.asarray([e["position"] for e in info["tour_path"]]))
-
-
-def _process_entry(cfg_dict: dict, indices: list[int], queue) -> None:
-    from ivln_ce.config import load_config
-
-    cfg = load_config(None, _dotlist(cfg_dict))
-    try:
-        run_worker(cfg, indices, lambda e, s: queue.put(("tour", e, s)))
-        queue.put(("done", None, None))
-    except BaseException as exc:  # report, then let the parent fail loudly
-        queue.put(("error", f"{type(exc).__name__}: {exc}", None))
-        raise
-
-
-def _dotlist(d: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.extend(_dotlist(v, key + "."))
-        else:
-            out.append(f"{key}={json.dumps(v)}")
-    return out
-
-
-def _run_local(cfg: DictConfig, items: list[TourItem], todo: list[int]) -> None:
-    n_workers = max(1, min(int(cfg.eval.workers), len(todo)))
-    bar = tqdm(total=len(todo), desc=f"eval {cfg.eval.agent} {cfg.eval.split}", unit="tour", file=sys.stderr, disable=None)
-    t0, episodes, steps = time.perf_counter(), 0, 0
-
-    def tick(e: int, s: int) -> None:
-        nonlocal episodes, steps
-        episodes += e
-        steps += s
-        bar.update()
-        bar.set_postfix(episodes=episodes, steps_per_s=f"{steps / max(time.perf_counter() - t0, 1e-9):.0f}")
-
-    if n_workers == 1:
-        run_worker(cfg, todo, tick)
-    else:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        cfg_dict = resolved(cfg)
-        shares = [[todo[i] for i in s] for s in shard([items[k] for k in todo], n_workers)]
-        procs = [ctx.Process(target=_process_entry, args=(cfg_dict, share, queue), daemon=True) for share in shares if share]
-        for p in procs:
-            p.start()
-        running = len(procs)
-        error = None
-        while running:
-            kind, a, b = queue.get()
-            if kind == "tour":
-                tick(a, b)
-            elif kind == "done":
-                running -= 1
+        with engine:
+            if driver is None:
+                engine.run(todo, None, on_tour=write, on_progress=progress)
             else:
-                error = a
-                running -= 1
-        for p in procs:
-            p.join()
-        if error:
-            raise RuntimeError(f"an evaluation worker failed: {error}")
-    bar.close()
+                engine.run(todo, driver.decide, on_tour=write, on_stream_end=driver.drop, on_progress=progress,
+                           on_final_view=driver.final)
+                engine.stats.extra.update(driver.timings())
+    finally:
+        bar.close()
+    return engine.stats, list(engine.worker_info)
 
 
-def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = None) -> dict[str, Any] | None:
+# --------------------------------------------------------------------------- entry point
+
+
+def resolve_device(cfg: DictConfig) -> str:
+    device = cfg.eval.device
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    return device
+
+
+def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = None, show_progress: bool = True) -> dict[str, Any] | None:
     """Run (or resume) the evaluation of ``cfg.eval.split`` and write the outputs.
 
-    Under torchrun (RANK/WORLD_SIZE set, or given explicitly) every rank evaluates its share and
-    rank 0 gathers; otherwise ``eval.workers`` local processes share the tours.
+    A checkpoint folder (``policy.checkpoint=DIR``) evaluates each checkpoint in it
+    (``evaluation.checkpoints``). Under torchrun (RANK/WORLD_SIZE set, or given) every rank
+    evaluates its share and rank 0 gathers; otherwise ``eval.num_envs`` environments share
+    the tours. Returns the summary (None on ranks other than 0).
     """
-    items, _, _ = load_split(cfg)
-    paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, cfg.eval.label or cfg.eval.agent)
-    paths.tour_dir.mkdir(parents=True, exist_ok=True)
+    check_eval_config(cfg)
+    if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
+        from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
+
+        return evaluate_checkpoint_folder(cfg, rank=rank, world_size=world_size, show_progress=show_progress)
+    split = load_split(cfg)
+    for note in split.notes:
+        log.warning(note)
+    paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, eval_label(cfg))
+    fp = run_fingerprint(cfg, split)
     if rank is None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if world_size and world_size > 1:
+    distributed = bool(world_size and world_size > 1)
+    if distributed:
         from ivln_ce.evaluation.distributed import barrier, init
 
         init(rank, world_size)
-        mine = shard(items, world_size)[rank]
-        run_worker(cfg, mine)
+    if not distributed or rank == 0:
+        paths.tour_dir.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(paths)
+    if distributed:
+        barrier()
+    plan = plan_resume(cfg, split.items, list(range(len(split.items))), paths, fp)
+    if not distributed or rank == 0:
+        print(f"ivln-ce eval: {paths.label} on {cfg.eval.split}: {plan.message()}", file=sys.stderr)
+    mine = shard(split.items, plan.todo, world_size)[rank] if distributed else plan.todo
+    stats, workers = (EngineStats(), [])
+    if mine:
+        stats, workers = run_tours(cfg, split, mine, paths, fp, resolve_device(cfg), show_progress)
+    if distributed:
         barrier()
         if rank != 0:
             return None
+    summary = gather(cfg, split, paths, fp, stats, workers, plan)
+    return summary
+
+
+# --------------------------------------------------------------------------- gathering
+
+
+def leaderboard_validity(cfg: DictConfig, partial: bool) -> tuple[bool, list[str]]:
+    """SPEC §10.2: GT semantics and known maps are analysis-only; so are scripted agents,
+    partial runs and non-official t-nDTW."""
+    reasons = []
+    if cfg.eval.agent != "policy":
+        reasons.append(f"scripted reference agent '{cfg.eval.agent}'")
+    elif cfg.policy.name == PolicyName.map_cma:
+        if cfg.mapping.semantics.value == "gt":
+            reasons.append("ground-truth semantics (mapping.semantics=gt)")
+        if cfg.mapping.mode.value == "known":
+            reasons.append("known maps (mapping.mode=known)")
+    if partial:
+        reasons.append("a subset of the split's tours (eval.tours)")
+    if cfg.metrics.tndtw.variant != TndtwVariant.official:
+        reasons.append("t-nDTW variant other than official")
+    return not reasons, reasons
+
+
+def _geodesic_distance_for(cfg: DictConfig, split: SplitData):
+    """A per-tour geodesic distance backed by a simulator (paper variant, distance=geodesic)."""
+    from ivln_ce.config import as_dataclass
+    from ivln_ce.sim import make_simulator
+
+    sim_cfg = as_dataclass(cfg.simulator)
+    sim_cfg.sensors = []
+    sim = make_simulator(sim_cfg, seed=int(cfg.seed))
+    scene_of = {it.tour.tour_id: str(contained_scene_path(split.scenes_dir, it.episodes[0].scene_id)) for it in split.items}
+
+    def distance_for_tour(tour_id: str):
+        sim.load_scene(scene_of[tour_id])
+        return simulator_distance(sim)
+
+    return distance_for_tour, sim
+
+
+def score_paths(cfg: DictConfig, split: SplitData, agent_paths: dict[str, TourPath], partial: bool) -> tuple[dict, list[str]]:
+    """t-nDTW of the configured variant and distance, and both Euclidean variants."""
+    notes: list[str] = []
+    target_file = Path(cfg.data.target_paths)
+    t = cfg.metrics.tndtw
+    out: dict[str, Any] = {"tndtw": None, "tndtw_official": None, "tndtw_paper": None, "per_tour": {}}
+    if not target_file.exists():
+        notes.append(f"no target tour paths at {target_file}: t-nDTW not computed")
+        return out, notes
+    targets = [(tid, tp) for tid, tp in iter_target_paths(target_file, cfg.eval.split) if not partial or tid in agent_paths]
+    kw = dict(d_th=float(t.d_th), on_infeasible=t.on_infeasible.value)
+    scores = {}
+    if not partial:
+        scores["official"] = score_split(agent_paths, targets, variant="official", **kw)
     else:
-        todo = [k for k in range(len(items)) if not (cfg.eval.resume and paths.tour_file(items[k].tour.tour_id).exists())]
-        if todo:
-            _run_local(cfg, items, todo)
-    return gather(cfg, items, paths)
+        notes.append("partial evaluation: the official t-nDTW needs every tour of the split (SPEC §4.5); "
+                     "the paper variant is computed on the evaluated tours")
+    scores["paper"] = score_split(agent_paths, targets, variant="paper", allow_partial=partial, d_th=float(t.d_th))
+    primary = scores.get(t.variant.value)
+    if t.variant == TndtwVariant.paper and t.distance == DistanceKind.geodesic:
+        distance_for_tour, sim = _geodesic_distance_for(cfg, split)
+        try:
+            primary = score_split(agent_paths, targets, variant="paper", allow_partial=partial, d_th=float(t.d_th),
+                                  distance_for_tour=distance_for_tour)
+        finally:
+            sim.close()
+        scores["paper_geodesic"] = primary
+    out["tndtw"] = primary.tndtw if primary is not None else None
+    out["tndtw_official"] = scores["official"].tndtw if "official" in scores else None
+    out["tndtw_paper"] = scores["paper"].tndtw
+    if "paper_geodesic" in scores:
+        out["tndtw_paper_geodesic"] = scores["paper_geodesic"].tndtw
+    for tid in agent_paths:
+        row = {}
+        for name, sc in scores.items():
+            if tid in sc.tours:
+                row[name] = sc.tours[tid]
+        out["per_tour"][tid] = row
+    return out, notes
 
 
-def gather(cfg: DictConfig, items: list[TourItem], paths: EvalPaths) -> dict[str, Any]:
-    """Assemble per-tour files into the split outputs (deterministic: tours in id order)."""
+def gather(cfg: DictConfig, split: SplitData, paths: EvalPaths, fp: fpr.Fingerprint, stats: EngineStats,
+           workers: list[dict], plan: ResumePlan) -> dict[str, Any]:
+    """Assemble the per-tour files into the split outputs (deterministic: tours in id order)."""
     records = []
-    for item in sorted(items, key=lambda it: int(it.tour.tour_id)):
+    for item in sorted(split.items, key=lambda it: (int(it.tour.tour_id) if it.tour.tour_id.isdigit() else 0, it.tour.tour_id)):
         f = paths.tour_file(item.tour.tour_id)
         if not f.exists():
             raise RuntimeError(f"{f}: tour {item.tour.tour_id} was not evaluated")
-        records.append(read_json(f))
+        rec = read_json(f)
+        if rec.get("fingerprint") != fp.for_scan(item.tour.scan):
+            raise RuntimeError(f"{f}: tour {item.tour.tour_id} was written by a run with other inputs (fingerprint differs)")
+        records.append(rec)
     per_episode = {r["tour_id"]: r["episodes"] for r in records}
     all_metrics = [m for r in records for m in r["episodes"].values()]
-    means = {k: float(np.mean([m[k] for m in all_metrics])) for k in METRIC_KEYS}
+    means = {}
+    for k in METRIC_KEYS:
+        vals = [m[k] for m in all_metrics if k in m and m[k] is not None]
+        means[k] = float(np.mean(vals)) if vals else None
     with PathFileWriter(paths.output("dtw_data")) as w:
         for r in records:
             w.add(r["tour_id"], r["path"])
     partial = bool(cfg.eval.tours)
-    agent_paths = {r["tour_id"]: TourPath.from_entries(r["path"]) for r in records}
-    scores: dict[str, Any] = {}
-    target_file = Path(cfg.data.target_paths)
-    d_th = float(cfg.metrics.tndtw.d_th)
-    if target_file.exists():
-        # parse the split's targets once (compact arrays) and score both variants from them
-        targets = [(tid, tp) for tid, tp in iter_target_paths(target_file, cfg.eval.split) if not partial or tid in agent_paths]
-        for variant in ("official", "paper"):
-            if partial and variant == "official":
-                continue
-            scores[variant] = score_split(agent_paths, targets, variant=variant, d_th=d_th, on_infeasible=as_dataclass(cfg.metrics.tndtw).on_infeasible.value)
+    agent_paths = {r["tour_id"]: TourPath.from_entries(r["path"], f"{paths.tour_file(r['tour_id'])}") for r in records}
+    scores, notes = score_paths(cfg, split, agent_paths, partial)
+    notes = list(split.notes) + notes
+    fallback = sum(1 for r in records for v in r["references"].values() if v != "gt")
+    if fallback and split.references:
+        notes.append(f"{fallback} episode(s) have no entry in the reference trajectories file: their nDTW uses reference_path")
+    for n in notes[len(split.notes):]:
+        log.warning(n)
+    valid, reasons = leaderboard_validity(cfg, partial)
+    latency = stats.as_dict()
+    t = cfg.metrics.tndtw
     summary = {
         "split": cfg.eval.split,
-        "agent": cfg.eval.agent,
+        "agent": cfg.eval.agent if cfg.eval.agent != "policy" else cfg.policy.name.value,
+        "label": paths.label,
         "num_tours": len(records),
         "num_episodes": len(all_metrics),
         "partial": partial,
         **means,
-        "tndtw": scores["official"].tndtw if "official" in scores else None,
-        "tndtw_paper": scores["paper"].tndtw if "paper" in scores else None,
+        "tndtw": scores["tndtw"],
+        "tndtw_variant": t.variant.value,
+        "tndtw_distance": t.distance.value,
+        "tndtw_official": scores["tndtw_official"],
+        "tndtw_paper": scores["tndtw_paper"],
+        **({"tndtw_paper_geodesic": scores["tndtw_paper_geodesic"]} if "tndtw_paper_geodesic" in scores else {}),
+        "ndtw_reference": {"gt": len(all_metrics) - fallback, "reference_path": fallback},
         "teleports": int(sum(sum(r["teleports"].values()) for r in records)),
         "steps": int(sum(r["steps"] for r in records)),
+        "agent_steps": int(sum(r.get("agent_steps", 0) for r in records)),
+        "resume": {"reused": plan.reused, "computed": len(plan.todo), "stale": plan.stale},
+        "leaderboard_valid": valid,
+        "fingerprint": fp.core,
+        "notes": notes,
+        "latency": latency,
         "config": resolved(cfg),
     }
-    if not target_file.exists():
-        summary["note"] = f"no target tour paths at {target_file}: t-nDTW not computed"
     write_json(paths.output("iterative_all_stats"), per_episode, indent=2)
-    tours_out = {
-        r["tour_id"]: {
-            "tndtw": scores["official"].tours[r["tour_id"]].tndtw if "official" in scores else None,
-            "tndtw_paper": scores["paper"].tours[r["tour_id"]].tndtw if "paper" in scores else None,
-            "weight": scores["official"].tours[r["tour_id"]].weight if "official" in scores else None,
+    tours_out = {}
+    for r in records:
+        row = scores["per_tour"].get(r["tour_id"], {})
+        primary = row.get("paper_geodesic") or row.get(t.variant.value)
+        tours_out[r["tour_id"]] = {
+            "tndtw": primary.tndtw if primary is not None else None,
+            "tndtw_official": row["official"].tndtw if "official" in row else None,
+            "tndtw_paper": row["paper"].tndtw if "paper" in row else None,
+            "weight": primary.weight if primary is not None else None,
             "episodes": len(r["episodes"]),
             "teleports": r["teleports"],
+            "infeasible_episode": primary.infeasible_episode if primary is not None else None,
         }
-        for r in records
-    }
     write_json(paths.output("tours"), tours_out, indent=2)
     write_json(paths.output("iterative_stats"), summary, indent=2)
+    write_json(paths.output("manifest"), manifest(cfg, split, fp, valid, reasons, workers), indent=2)
     return summary
+
+
+def manifest(cfg: DictConfig, split: SplitData, fp: fpr.Fingerprint, valid: bool, reasons: list[str], workers: list[dict]) -> dict:
+    """SPEC §10.2's manifest: what produced the numbers and whether they may be compared."""
+    t = cfg.metrics.tndtw
+    files = dict(fp.files)
+    target = Path(cfg.data.target_paths)
+    files["target_paths"] = fpr.file_digest(target)
+    return {
+        "fingerprint": fp.as_dict(),
+        **profile_of(cfg),
+        "metrics": {"d_th": float(t.d_th), "success_distance": float(cfg.metrics.success_distance),
+                    "tndtw_variant": t.variant.value, "tndtw_distance": t.distance.value, "dtw": "exact (symmetric1, numba)",
+                    "distances": {"NE/SR/OS/SPL d0": "geodesic (simulator)", "TL/nDTW/SDTW/CLS": "euclidean 3D",
+                                  "t-nDTW": t.distance.value}},
+        "seed": int(cfg.seed),
+        "worker_seeds": [int(cfg.seed) + i for i in range(len(workers))],
+        "simulator": {"backend": cfg.simulator.backend.value, "navmesh": sorted({str(w.get("navmesh")) for w in workers})},
+        "versions": {"ivln_ce": fp.version, **fpr.dependency_versions()},
+        "data_files": {role: {"path": p, "sha256": files.get(role)} for role, p in split.files.items()} |
+                      {"target_paths": {"path": str(target), "sha256": files["target_paths"]}},
+        "leaderboard_valid": valid,
+        "analysis_only_because": reasons,
+    }
 
 
 def summary_row(summary: dict) -> dict[str, float]:
@@ -324,9 +660,12 @@ def summary_row(summary: dict) -> dict[str, float]:
     def pct(x):
         return math.nan if x is None else 100.0 * x
 
+    def plain(x):
+        return math.nan if x is None else x
+
     return {
-        "TL": summary["path_length"],
-        "NE": summary["distance_to_goal"],
+        "TL": plain(summary["path_length"]),
+        "NE": plain(summary["distance_to_goal"]),
         "OS": pct(summary["oracle_success"]),
         "nDTW": pct(summary["ndtw"]),
         "SR": pct(summary["success"]),
@@ -334,3 +673,21 @@ def summary_row(summary: dict) -> dict[str, float]:
         "t-nDTW": pct(summary["tndtw"]),
         "t-nDTW(paper)": pct(summary["tndtw_paper"]),
     }
+
+
+def format_summary(summary: dict, results_dir: str | Path) -> str:
+    """What ``ivln-ce eval`` prints: the paper's columns, notes, validity and where time went."""
+    row = summary_row(summary)
+    lines = [
+        f"{summary['agent']} (label {summary['label']}) on {summary['split']}: {summary['num_tours']} tours, "
+        f"{summary['num_episodes']} episodes, {summary['teleports']} teleports -> {results_dir}",
+        "  ".join(f"{k} {v:.2f}" for k, v in row.items()),
+        f"t-nDTW: variant {summary['tndtw_variant']}, distance {summary['tndtw_distance']}"
+        + ("" if summary["leaderboard_valid"] else " (analysis only, not leaderboard-valid)"),
+    ]
+    lines += [f"note: {n}" for n in summary.get("notes", [])]
+    lat = summary.get("latency") or {}
+    if lat.get("env_steps"):
+        parts = [f"{k} {v:.2f} ms" for k, v in {**lat.get("ms_per_step", {}), **lat.get("ms_per_tick", {})}.items()]
+        lines.append(f"{lat['env_steps']} steps at {lat.get('steps_per_s') or 0:.1f} steps/s; per step/tick: " + ", ".join(parts))
+    return "\n".join(lines)

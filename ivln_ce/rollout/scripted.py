@@ -1,4 +1,4 @@
-"""The agent interface of the evaluator, and reference agents.
+"""Scripted reference agents, which run inside the environment's process.
 
 An agent sees every observation of a tour, oracle steps included, with the runner's
 signals, and returns an action; the runner ignores it while ``info["produce_action"]`` is

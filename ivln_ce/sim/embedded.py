@@ -85,7 +85,9 @@ class EmbeddedSimulator:
     @property
     def renderer(self) -> Renderer:
         if self._renderer is None:
-            self._renderer = make_renderer(self.scene.mesh, self.config.renderer.value)
+            from ivln_ce.sim import resolve_gpu_device
+
+            self._renderer = make_renderer(self.scene.mesh, self.config.renderer.value, resolve_gpu_device(self.config))
         return self._renderer
 
     # ------------------------------------------------------------------ agent

@@ -46,6 +46,11 @@ class GreedyFollower:
     TARGET_TOLERANCE = 1e-3
     MAX_TURNS = 12  # a float32 sum of 15 deg steps stays below pi through 12 steps
     THRASH_WINDOW = 16
+    #: heading errors up to half a turn step plus this count as aligned. SPEC §3.3 turns when
+    #: |delta| >= 7.5 deg; at exactly 7.5 deg (or within rounding of it) a 15 deg turn lands on
+    #: -7.5 deg and the alignment would turn back and forth forever. Treating the boundary
+    #: (a measure-zero set) as aligned makes every alignment end after at most 12 turns.
+    HEADING_TOLERANCE = 1e-6
 
     def __init__(
         self,
@@ -127,7 +132,7 @@ class GreedyFollower:
         if dist < self.goal_radius:
             if target_heading is not None:
                 delta = wrap_angle(target_heading - heading)
-                if abs(delta) >= 0.5 * self.turn_angle - 1e-9:
+                if abs(delta) > 0.5 * self.turn_angle + self.HEADING_TOLERANCE:
                     return self._emit(TURN_LEFT if delta > 0 else TURN_RIGHT)
             return self._emit(STOP)
         choice = self._search(position, heading, target)

@@ -40,9 +40,18 @@ def preload_llvm_users() -> list[str]:
     return loaded
 
 
-def create_context(backend: str = "egl"):
-    """A standalone moderngl context, created after the LLVM users are loaded."""
+def create_context(backend: str = "egl", device_index: int | None = None):
+    """A standalone moderngl context, created after the LLVM users are loaded.
+
+    ``device_index`` picks the EGL device (one GPU per torchrun rank); ``None`` or 0 uses the
+    driver's default display. If the device cannot be opened (e.g. a CPU machine whose only
+    EGL device is Mesa's), the default display is used and a warning says so."""
     preload_llvm_users()
     import moderngl
 
+    if device_index:
+        try:
+            return moderngl.create_standalone_context(backend=backend, device_index=int(device_index))
+        except Exception as exc:
+            log.warning("EGL device %d could not be opened (%s); rendering on the default EGL display", device_index, exc)
     return moderngl.create_standalone_context(backend=backend)

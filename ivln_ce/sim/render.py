@@ -185,13 +185,13 @@ class ModernGLRenderer:
 
     name = "moderngl"
 
-    def __init__(self, mesh: TriangleMesh, backend: str = "egl"):
+    def __init__(self, mesh: TriangleMesh, backend: str = "egl", device_index: int | None = None):
         import moderngl
 
         from ivln_ce.sim.gl_context import create_context
 
         self.mesh = mesh
-        self.ctx = create_context(backend)
+        self.ctx = create_context(backend, device_index)
         # every mesh is a union of closed, outward-facing boxes seen from outside: cull back faces
         self.ctx.enable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
         self.prog = self.ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
@@ -263,15 +263,16 @@ class ModernGLRenderer:
 RENDERERS = ("moderngl", "embree")
 
 
-def make_renderer(mesh: TriangleMesh, kind: str = "moderngl") -> Renderer:
-    """A renderer by name; ``auto`` tries moderngl (EGL) and falls back to Embree."""
+def make_renderer(mesh: TriangleMesh, kind: str = "moderngl", device_index: int | None = None) -> Renderer:
+    """A renderer by name; ``auto`` tries moderngl (EGL) and falls back to Embree.
+    ``device_index`` is the EGL device (GPU) of the rasteriser."""
     if kind == "moderngl":
-        return ModernGLRenderer(mesh)
+        return ModernGLRenderer(mesh, device_index=device_index)
     if kind == "embree":
         return EmbreeRenderer(mesh)
     if kind == "auto":
         try:
-            return ModernGLRenderer(mesh)
+            return ModernGLRenderer(mesh, device_index=device_index)
         except Exception:  # no EGL context on this machine
             return EmbreeRenderer(mesh)
     raise ValueError(f"unknown renderer {kind!r}; choose one of {RENDERERS} or 'auto'")

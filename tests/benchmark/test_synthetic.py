@@ -98,3 +98,20 @@ def test_rebuilding_is_a_no_op_and_same_seed_is_deterministic(tiny_benchmark, tm
     assert (tiny_benchmark / "manifest.json").read_text() == before
     with pytest.raises(ValueError, match="unknown preset"):
         build_synthetic("huge", tmp_path)
+
+
+def test_house_cache_is_reused_only_for_the_same_inputs(tmp_path, monkeypatch):
+    """A cached house made with other settings (or other generator code) is rebuilt, not reused."""
+    from ivln_ce.benchmark import synthetic
+
+    one = synthetic.build_house(tmp_path, 3, {"train": 1}, 1, 0, rng_seed=10, fingerprint="A")
+    again = synthetic.build_house(tmp_path, 3, {"train": 1}, 1, 0, rng_seed=10, fingerprint="A")
+    assert again == one  # same inputs: the cache
+    more = synthetic.build_house(tmp_path, 3, {"train": 2}, 1, 0, rng_seed=10, fingerprint="A")
+    assert len(more["splits"]["train"]) == 2  # other counts: rebuilt (the old cache had 1 path)
+    other_code = synthetic.build_house(tmp_path, 3, {"train": 2}, 1, 0, rng_seed=10, fingerprint="B")
+    assert other_code["fingerprint"] != more["fingerprint"]
+    before = synthetic.build_fingerprint(synthetic.PRESETS["tiny"], 0)
+    assert before == synthetic.build_fingerprint(synthetic.PRESETS["tiny"], 0) != synthetic.build_fingerprint(synthetic.PRESETS["tiny"], 1)
+    monkeypatch.setattr(synthetic, "code_digest", lambda *a: "changed generator code")
+    assert synthetic.build_fingerprint(synthetic.PRESETS["tiny"], 0) != before

@@ -6,7 +6,7 @@ import pytest
 
 from ivln_ce.cli import main
 from ivln_ce.config import load_config
-from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, load_split, run_worker
+from ivln_ce.evaluation.evaluator import EvalPaths, evaluate
 
 
 def eval_cfg(data, results, *extra):
@@ -19,7 +19,8 @@ def outputs(results, label):
     for kind in ("iterative_stats", "iterative_all_stats", "dtw_data", "tours"):
         data = json.loads(paths.output(kind).read_text())
         if kind == "iterative_stats":
-            data.pop("config")
+            for k in ("config", "latency", "resume"):
+                data.pop(k)
         out[kind] = data
     return out
 
@@ -55,17 +56,17 @@ def test_kill_and_resume_gives_identical_results(tiny_benchmark, tmp_path):
     # a run killed after two tours: only their per-tour files exist, no outputs
     killed = tmp_path / "killed"
     cfg = eval_cfg(tiny_benchmark, killed, "eval.agent=random")
-    items, _, _ = load_split(cfg)
-    run_worker(cfg, [0, 3])
+    evaluate(eval_cfg(tiny_benchmark, killed, "eval.agent=random", "eval.tours=[0,3]"))  # as if killed after two tours
     assert len(list(EvalPaths(killed, "val_unseen", "random").tour_dir.iterdir())) == 2
-    evaluate(cfg)
+    summary = evaluate(cfg)
+    assert summary["resume"] == {"reused": 2, "computed": summary["num_tours"] - 2, "stale": 0}
     assert outputs(full, "random") == outputs(killed, "random")
 
 
 def test_two_local_workers_equal_one(tiny_benchmark, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
-    evaluate(eval_cfg(tiny_benchmark, one, "eval.agent=random", "eval.workers=1"))
-    evaluate(eval_cfg(tiny_benchmark, two, "eval.agent=random", "eval.workers=2"))
+    evaluate(eval_cfg(tiny_benchmark, one, "eval.agent=random", "eval.num_envs=1"))
+    evaluate(eval_cfg(tiny_benchmark, two, "eval.agent=random", "eval.num_envs=2"))
     assert outputs(one, "random") == outputs(two, "random")
 
 
@@ -102,4 +103,4 @@ def test_map_records_and_images(tiny_benchmark, tmp_path):
     images = render_map_records(tmp_path)
     assert len(images) == len(records) and all(p.stat().st_size > 1000 for p in images)
     with pytest.raises(ValueError, match="needs simulator.sensors"):
-        evaluate(eval_cfg(tiny_benchmark, tmp_path / "x", "mapping.save_images=true", "eval.tours=[0]"))
+        evaluate(eval_cfg(tiny_benchmark, tmp_path / "x", "eval.agent=oracle", "mapping.save_images=true", "eval.tours=[0]"))

@@ -1,0 +1,263 @@
+"""Environment worker processes of the rollout engine (no torch in them).
+
+Each worker owns one simulator and one ``TourEnv`` and runs whole tours, one at a time; a
+tour never splits across workers. The parent talks to it over a pipe:
+
+* ``("reset", tour_index)`` -> ``("obs", payload)`` for the tour's first observation;
+* ``("step", action)`` -> ``("obs", payload)``; ``action=None`` lets the worker's scripted
+  agent choose (oracle, random, ...), which needs the simulator and so runs here;
+* ``("run_tour", tour_index)`` -> ``("tour", TourResult, stats)``: a scripted agent runs the
+  whole tour here without a message per step (no lockstep with other workers);
+* ``("close",)``.
+
+A payload holds the requested observation arrays, the step's info (the path logs stripped;
+the finished tour's ``TourResult`` rides on the last step's info as ``tour_result``) and the
+time the environment step took (rendering, navigation, measures). Any exception is sent back
+as ``("error", traceback)`` before the worker exits, and the parent watches the process
+sentinel too, so a worker killed outright is reported with its exit code instead of hanging
+the run. Workers import neither torch nor triton: rendering here can never meet the LLVM
+clash that ``sim.gl_context`` guards against in processes that need both.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Sequence
+
+from ivln_ce.config import EnvConfig, SimulatorConfig
+from ivln_ce.data.episodes import ReferenceTrajectory
+from ivln_ce.env.tour_env import TourEnv, TourItem
+from ivln_ce.rollout.records import TourAccumulator, TourResult
+
+#: the small, always-sent observation entries (images are sent only when asked for)
+SMALL_KEYS = ("instruction", "progress", "position", "heading", "expert_action")
+
+
+class WorkerCrashed(RuntimeError):
+    """An environment worker died; the message carries its exit code and traceback."""
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, pickled once when it starts."""
+
+    index: int
+    simulator: SimulatorConfig
+    env: EnvConfig
+    items: list[TourItem]
+    references: dict[str, ReferenceTrajectory]
+    scenes_dir: str | None
+    success_distance: float = 3.0
+    #: a scripted agent run inside the worker (``rollout.scripted``), or None
+    agent: str | None = None
+    #: the simulator's seed (worker i of a run: run seed + i, as officially)
+    seed: int = 100
+    #: the run's seed, for scripted agents: they re-seed per tour from (run seed, tour id),
+    #: so a tour's result does not depend on the worker that ran it
+    run_seed: int = 100
+    expert: bool = False
+    #: image observations to send back each step (any of rgb, depth, semantic, semantic12)
+    obs_keys: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _strip(info: dict) -> dict:
+    return {k: v for k, v in info.items() if k not in ("path", "tour_path")}
+
+
+class _Runner:
+    """The worker's side: environment, agent, and the accumulator of the running tour."""
+
+    def __init__(self, spec: WorkerSpec):
+        from ivln_ce.rollout.scripted import make_agent
+        from ivln_ce.sim import make_simulator
+
+        self.spec = spec
+        self.sim = make_simulator(spec.simulator, seed=spec.seed)
+        self.env = TourEnv(self.sim, spec.items, spec.env, spec.references, spec.scenes_dir,
+                           success_distance=spec.success_distance, expert=spec.expert)
+        self.agent = make_agent(spec.agent, self.env, seed=spec.run_seed) if spec.agent else None
+        self.obs: dict | None = None
+        self.info: dict | None = None
+        self.acc: TourAccumulator | None = None
+
+    def _payload(self, obs: dict, info: dict, env_ms: float) -> dict:
+        small = {k: obs[k] for k in SMALL_KEYS if k in obs}
+        images = {k: obs[k] for k in self.spec.obs_keys if k in obs}
+        return {"obs": {**small, **images}, "info": _strip(info), "env_ms": env_ms, "scan": self.env.episode.scan}
+
+    def reset(self, tour_index: int) -> dict:
+        item = self.spec.items[tour_index]
+        t0 = time.perf_counter()
+        obs, info = self.env.reset(options={"tour": tour_index})
+        env_ms = 1e3 * (time.perf_counter() - t0)
+        self.acc = TourAccumulator(tour_index, item.tour.tour_id, item.tour.scan, [e.episode_id for e in item.episodes])
+        self.acc.add(info, after_step=False)
+        if self.agent is not None:
+            self.agent.reset_memory(True, True, info["tour_id"])
+        self.obs, self.info = obs, info
+        return self._payload(obs, info, env_ms)
+
+    def step(self, action: int | None) -> dict:
+        if action is None:
+            if self.agent is None:
+                raise ValueError("step(None) needs a scripted agent in the worker")
+            action = self.agent.act(self.obs, self.info)
+        t0 = time.perf_counter()
+        obs, _, done, _, info = self.env.step(int(action))
+        env_ms = 1e3 * (time.perf_counter() - t0)
+        if self.agent is not None:
+            self.agent.reset_memory(False, bool(info.get("episode_start")), info["tour_id"])
+        self.acc.add(info)
+        self.obs, self.info = obs, info
+        payload = self._payload(obs, info, env_ms)
+        payload["executed_action"] = int(action)
+        if done:
+            payload["info"]["tour_result"] = self.acc.finish(info["tour_path"])
+            payload["done"] = True
+        return payload
+
+    def run_tour(self, tour_index: int) -> tuple[TourResult, dict]:
+        self.reset(tour_index)
+        env_ms, steps = 0.0, 0
+        while True:
+            payload = self.step(None)
+            env_ms += payload["env_ms"]
+            steps += 1
+            if payload.get("done"):
+                return payload["info"]["tour_result"], {"env_ms": env_ms, "steps": steps}
+
+    def close(self) -> None:
+        self.sim.close()
+
+
+def worker_main(conn: Connection, spec: WorkerSpec) -> None:
+    """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
+    runner = None
+    try:
+        runner = _Runner(spec)
+        conn.send(("ready", {"pid": os.getpid(), "torch_loaded": "torch" in sys.modules,
+                             "navmesh": getattr(runner.sim, "navmesh_source", None)}))
+        while True:
+            cmd = conn.recv()
+            kind = cmd[0]
+            if kind == "close":
+                break
+            if kind == "reset":
+                conn.send(("obs", runner.reset(cmd[1])))
+            elif kind == "step":
+                conn.send(("obs", runner.step(cmd[1])))
+            elif kind == "run_tour":
+                result, stats = runner.run_tour(cmd[1])
+                conn.send(("tour", result, stats))
+            elif kind == "crash":  # for tests: die the way a segfaulting renderer would
+                os._exit(int(cmd[1]))
+            elif kind == "raise":  # for tests: an exception inside the worker
+                raise RuntimeError(str(cmd[1]))
+            else:
+                raise ValueError(f"unknown worker command {kind!r}")
+    except EOFError:
+        pass  # the parent went away
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except (BrokenPipeError, OSError):
+            pass
+        sys.exit(1)
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+class EnvWorker:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, ctx, spec: WorkerSpec):
+        self.index = spec.index
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=worker_main, args=(child, spec), daemon=True, name=f"ivln-env-{spec.index}")
+        self.process.start()
+        child.close()
+        self.tour: str | None = None  # the tour it is running, for error messages
+        self.info: dict = {}
+
+    def send(self, *cmd) -> None:
+        try:
+            self.conn.send(cmd)
+        except (BrokenPipeError, OSError):
+            self._raise_dead()
+
+    def _raise_dead(self, text: str | None = None):
+        self.process.join(timeout=5)
+        code = self.process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            try:
+                how += f" ({signal.Signals(-code).name})"
+            except ValueError:
+                pass
+        doing = f" while running tour {self.tour}" if self.tour is not None else ""
+        detail = f"\n--- worker traceback ---\n{text.rstrip()}" if text else " (no traceback: the process was killed or crashed)"
+        raise WorkerCrashed(f"environment worker {self.index} (pid {self.process.pid}) died with {how}{doing}{detail}")
+
+    def _take(self):
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError):
+            self._raise_dead()
+        if msg[0] == "error":
+            self._raise_dead(msg[1])
+        return msg
+
+    def receive(self, timeout: float | None = None):
+        """The next message; raises WorkerCrashed if the process died first."""
+        ready = wait([self.conn, self.process.sentinel], timeout)
+        if not ready:
+            raise TimeoutError(f"environment worker {self.index} sent nothing for {timeout} s")
+        if self.conn in ready or self.conn.poll():
+            return self._take()
+        self._raise_dead()
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self.process.is_alive():
+            try:
+                self.conn.send(("close",))
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout)
+        self.conn.close()
+
+
+def receive_any(workers: Sequence[EnvWorker], timeout: float | None = None) -> list[tuple[EnvWorker, tuple]]:
+    """Messages from whichever workers are ready (at least one); raises on a dead worker."""
+    by_conn = {w.conn: w for w in workers}
+    by_sentinel = {w.process.sentinel: w for w in workers}
+    ready = wait(list(by_conn) + list(by_sentinel), timeout)
+    if not ready:
+        raise TimeoutError(f"no environment worker answered within {timeout} s")
+    out = []
+    for obj in ready:
+        if obj in by_conn:
+            w = by_conn[obj]
+            out.append((w, w._take()))
+    for obj in ready:
+        if obj in by_sentinel:
+            w = by_sentinel[obj]
+            if w.conn not in ready and not w.conn.poll():
+                w._raise_dead()
+    return out
+
+
+def scenes_dir_str(path: str | Path | None) -> str | None:
+    return None if path is None else str(path)
