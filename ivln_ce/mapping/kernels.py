@@ -111,6 +111,37 @@ def _span(a, b, bound):
     return (lo, hi) if a > 0 else (hi, lo)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _above(y, x, z, lab, oy, ox, oz, olab):
+    """(y, x, z, label) > (oy, ox, oz, olab), lexicographically: the render's semantic winner
+    is the highest non-void point, ties broken as the world grid breaks them (SPEC §6.5)."""
+    if y != oy:
+        return y > oy
+    if x != ox:
+        return x > ox
+    if z != oz:
+        return z > oz
+    return lab > olab
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _splat(b, x, y, z, lab, sx, sz, c, s, half, mcell, occ, sem, by, bx, bz):
+    """Bin one in-band world point into map ``b``: occupancy, and the semantic winner."""
+    size = occ.shape[1]
+    dx = x - sx
+    dz = z - sz
+    col = _rint((c * dx - s * dz + half) / mcell)
+    row = _rint((s * dx + c * dz + half) / mcell)
+    if row < 0 or row >= size or col < 0 or col >= size:
+        return
+    occ[b, row, col] = 1
+    if lab > 0 and _above(y, x, z, lab, by[row, col], bx[row, col], bz[row, col], sem[b, row, col]):
+        by[row, col] = y
+        bx[row, col] = x
+        bz[row, col] = z
+        sem[b, row, col] = lab
+
+
 @njit(cache=True, nogil=True)
 def render_window(slots, origin, n, cell, Y, X, Z, L, sensor, cos, sin, r, half, mcell, below, above, occ, sem):
     """Egocentric maps (B, size, size) uint8 from the cells within ``r`` cells of each sensor.
@@ -119,7 +150,9 @@ def render_window(slots, origin, n, cell, Y, X, Z, L, sensor, cos, sin, r, half,
     square (plus a margin larger than a cell's half-diagonal and a map cell) is visited;
     every visited point is still binned exactly as the torch path bins it."""
     B, size = occ.shape[0], occ.shape[1]
-    best = np.empty((size, size), dtype=np.float32)
+    by = np.empty((size, size), dtype=np.float32)
+    bx = np.zeros((size, size), dtype=np.float32)
+    bz = np.zeros((size, size), dtype=np.float32)
     bound = float(half) + float(mcell) + float(cell)
     for b in range(B):
         k = slots[b]
@@ -128,7 +161,7 @@ def render_window(slots, origin, n, cell, Y, X, Z, L, sensor, cos, sin, r, half,
         c, s = cos[b], sin[b]
         cx = _rint(sx / cell) - origin[k, 0]
         cz = _rint(sz / cell) - origin[k, 1]
-        best[:, :] = -np.inf
+        by[:, :] = -np.inf
         for gz in range(max(cz - r, 0), min(cz + r + 1, n)):
             # cell centre offsets from the sensor: dx = (gx - cx) * cell + ex, dz likewise
             ez = float(cz + origin[k, 1]) * cell - sz
@@ -146,17 +179,26 @@ def render_window(slots, origin, n, cell, Y, X, Z, L, sensor, cos, sin, r, half,
                 y = Y[k, f]
                 if not (y > lo and y < hi):  # also skips empty cells (-inf)
                     continue
-                dx = X[k, f] - sx
-                dz = Z[k, f] - sz
-                col = _rint((c * dx - s * dz + half) / mcell)
-                row = _rint((s * dx + c * dz + half) / mcell)
-                if row < 0 or row >= size or col < 0 or col >= size:
-                    continue
-                occ[b, row, col] = 1
-                lab = L[k, f]
-                if lab > 0 and (y > best[row, col] or (y == best[row, col] and lab > sem[b, row, col])):
-                    best[row, col] = y
-                    sem[b, row, col] = lab
+                _splat(b, X[k, f], y, Z[k, f], L[k, f], sx, sz, c, s, half, mcell, occ, sem, by, bx, bz)
+
+
+@njit(cache=True, nogil=True)
+def render_store(xyz, labels, starts, lengths, b, sensor, c, s, half, mcell, below, above, occ, sem):
+    """Map ``b`` of (B, size, size) ``occ``/``sem`` from the point slices (``starts``,
+    ``lengths``) of a known-map store (``point_store.PointStore``): every point in the render
+    band is binned as ``render_window`` bins a grid cell."""
+    size = occ.shape[1]
+    by = np.full((size, size), -np.inf, dtype=np.float32)
+    bx = np.zeros((size, size), dtype=np.float32)
+    bz = np.zeros((size, size), dtype=np.float32)
+    sx, sy, sz = sensor[0], sensor[1], sensor[2]
+    lo, hi = sy - below, sy + above
+    for j in range(len(starts)):
+        for p in range(starts[j], starts[j] + lengths[j]):
+            y = xyz[p, 1]
+            if not (y > lo and y < hi):
+                continue
+            _splat(b, xyz[p, 0], y, xyz[p, 2], labels[p], sx, sz, c, s, half, mcell, occ, sem, by, bx, bz)
 
 
 @njit(cache=True, nogil=True)

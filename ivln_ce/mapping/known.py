@@ -1,6 +1,10 @@
-"""Known maps: per-scan keep-highest memories in the official ``.npz`` layout (SPEC §1.8, §6.10).
+"""Known maps: per-scan point clouds in the official ``.npz`` layout (SPEC §1.8, §6.10).
 
-Two builders produce the same kind of memory:
+A known map is used as stored: ``KnownMaps.store`` wraps a scan's points in a ``PointStore``
+(no keep-highest on load, no extent limit), so a file with several points per column (two
+storeys, say) renders each agent's own floor through the render band.
+
+Two builders produce such files (each a keep-highest memory of one floor's visit):
 
 * ``known_map_from_mesh`` (ground-truth semantics): samples the scene's labelled triangles
   directly. It keeps the surfaces a sensor at eye height can face (top faces below the eye,
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ivln_ce.mapping.point_store import PointStore
 from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW
 from ivln_ce.mapping.world_grid import WorldGrid
 
@@ -36,6 +41,7 @@ class KnownMaps:
         self.root = Path(root)
         self.source = source
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._stores: dict[tuple[str, str], PointStore] = {}
         self.reads = 0
 
     def path(self, scan: str) -> Path:
@@ -53,9 +59,21 @@ class KnownMaps:
                 xyz, sem = z["xyz"], z["semantics"]
             if xyz.ndim != 2 or xyz.shape[1] != 3 or sem.shape != (len(xyz),):
                 raise ValueError(f"{p}: expected xyz (P, 3) and semantics (P,), got {xyz.shape} and {sem.shape}")
+            if not np.isfinite(xyz).all():
+                raise ValueError(f"{p}: xyz holds {int((~np.isfinite(xyz)).any(axis=1).sum())} non-finite point(s)")
+            if len(sem) and (sem.min() < 0 or sem.max() > 12):
+                raise ValueError(f"{p}: semantics must be class ids 0..12, found {sem.min()}..{sem.max()}")
             self._cache[scan] = (torch.from_numpy(xyz.astype(np.float32)), torch.from_numpy(sem.astype(np.uint8)))
             self.reads += 1
         return self._cache[scan]
+
+    def store(self, scan: str, device: str | torch.device = "cpu") -> PointStore:
+        """The scan's points as a render-ready ``PointStore`` on ``device`` (built once, cached)."""
+        key = (scan, str(torch.device(device)))
+        if key not in self._stores:
+            xyz, sem = self.get(scan)
+            self._stores[key] = PointStore(xyz, sem, device)
+        return self._stores[key]
 
     def save(self, scan: str, xyz: np.ndarray, semantics: np.ndarray) -> Path:
         """Write atomically (a temporary file renamed into place)."""
@@ -65,6 +83,8 @@ class KnownMaps:
         np.savez_compressed(tmp, xyz=np.asarray(xyz, np.float32), semantics=np.asarray(semantics, np.uint8))
         tmp.replace(p)
         self._cache.pop(scan, None)
+        for key in [k for k in self._stores if k[0] == scan]:
+            del self._stores[key]
         return p
 
 

@@ -7,8 +7,11 @@ memory signals and returns ``occupancy_map``, ``semantic_map`` (B, 64, 64) uint8
 * ``episodic``: memory cleared wherever the agent mask is 0 (a new episode, every oracle step),
   before the current frame is integrated;
 * ``iterative``: cleared at each tour start; oracle walks are integrated;
-* ``known``: at each tour start the scan's precomputed map is loaded (cached in memory, read
-  from disk once per scan); observations are ignored.
+* ``known``: at each tour start the scan's precomputed map becomes the stream's memory, as
+  stored (no keep-highest, no extent limit; read from disk and bucketed once per scan);
+  observations are ignored.
+
+``memory_points(stream)`` gives a stream's current memory as points (for map recorders).
 
 Semantics come from the simulator's 13-class labels (``gt``) or any segmenter callable
 (rgb, depth) -> labels (``rednet``).
@@ -77,8 +80,7 @@ class Mapper:
                 if mode == MapMode.known:
                     if scans is None:
                         raise ValueError("known maps need the scan name of every stream")
-                    xyz, sem = self.known.get(scans[i])
-                    self.grid.load_points(s, xyz.to(self.device), sem.to(self.device))
+                    self.grid.attach(s, self.known.store(scans[i], self.device))
                 else:
                     self.grid.reset(s, [float(pos[i, 0]), float(pos[i, 2])])
         if mode != MapMode.known:
@@ -92,6 +94,10 @@ class Mapper:
                             "raise mapping.world_extent for scenes this large", self.grid.dropped_points - before, self.cfg.world_extent)
         occ, sem = render(self.grid, streams, sensor, heading, self.cfg.map_size, self.cfg.map_cell)
         return {"occupancy_map": occ, "semantic_map": sem, "map": map_tensor(occ, sem)}
+
+    def memory_points(self, stream: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stream's memory: (P, 3) world points and (P,) labels (grid or known map)."""
+        return self.grid.points(stream)
 
     def drop(self, stream: str) -> None:
         self.grid.drop(stream)

@@ -9,6 +9,10 @@ the highest point that fell in it: its exact (x, y, z) and its label; ties in y 
 larger (x, z, label). Flat indices use correct strides (slot * cells + row * columns +
 column), so distinct cells never collide (the official id collided: defect P2).
 
+A stream can instead hold a known map (``attach``/``load_points``): a read-only
+``PointStore`` of the scan's points as stored (no keep-highest, no extent limit, SPEC §6.10),
+which the renderer gathers from; ``reset`` returns the stream to an empty grid.
+
 Two backends give the same memory: ``torch`` (a handful of vectorised ``scatter_reduce``
 passes over the new points plus the touched cells, O(pixels); any device) and ``numba``
 (fused single-pass CPU kernels, ``kernels.py``). ``auto`` picks numba on CPU, torch elsewhere.
@@ -22,6 +26,7 @@ import numpy as np
 import torch
 
 from ivln_ce.mapping import kernels
+from ivln_ce.mapping.point_store import PointStore
 from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW, DEPTH_MAX, DEPTH_MIN, pixel_rays, ray_directions, unproject
 
 NEG = float("-inf")
@@ -47,6 +52,8 @@ class WorldGrid:
             raise ValueError(f"the numba mapping backend runs on CPU only, not on {self.device}")
         self.backend = backend
         self.slots: dict[str, int] = {}
+        #: streams holding a known map (read-only point stores; they have no grid slot)
+        self.stores: dict[str, PointStore] = {}
         #: (S, 2) global (column, row) index of each slot's local cell (0, 0)
         self.origin = torch.zeros(0, 2, dtype=torch.long, device=self.device)
         self.y = torch.zeros(0, self.n * self.n, device=self.device)
@@ -93,6 +100,7 @@ class WorldGrid:
         Only the rows and columns written since the last reset are cleared (an empty cell is
         y = -inf; x, z and label are never read there), so frequent resets (episodic maps clear
         at every oracle step) cost the area mapped, not the whole grid."""
+        self.stores.pop(stream, None)
         k = self._slot(stream)
         box = self._touched.pop(k, "all")
         if box == "all":
@@ -108,15 +116,29 @@ class WorldGrid:
     def drop(self, stream: str) -> None:
         """Forget a finished stream (its slot is reused)."""
         self.slots.pop(stream, None)
+        self.stores.pop(stream, None)
 
     def has(self, stream: str) -> bool:
-        return stream in self.slots
+        return stream in self.slots or stream in self.stores
+
+    def attach(self, stream: str, store: PointStore) -> None:
+        """Make ``store`` the stream's memory (a known map, read-only) until its next reset."""
+        if store.device != self.device:
+            raise ValueError(f"a point store on {store.device} cannot serve a grid on {self.device}")
+        self.slots.pop(stream, None)  # its grid slot (if any) is free for other streams
+        self.stores[stream] = store
+
+    def store_of(self, stream: str) -> PointStore | None:
+        return self.stores.get(stream)
 
     def _slot_tensor(self, streams: list[str]) -> torch.Tensor:
         return torch.from_numpy(self.slot_array(streams)).to(self.device)
 
     def slot_array(self, streams: list[str]) -> np.ndarray:
         """Grid rows of the batch's streams (a stream may appear once per batch)."""
+        known = [s for s in streams if s in self.stores]
+        if known:
+            raise ValueError(f"streams {known} hold a known map (read-only): reset them before integrating observations")
         slots = np.fromiter((self.slots[s] for s in streams), dtype=np.int64, count=len(streams))
         if len(np.unique(slots)) != len(slots):
             raise ValueError(f"a batch names a stream twice: {streams}")
@@ -214,12 +236,9 @@ class WorldGrid:
         return self._scratch_buf
 
     def load_points(self, stream: str, xyz: torch.Tensor, labels: torch.Tensor) -> None:
-        """Replace the stream's memory with given points (known maps: no keep-highest on load
-        beyond resolving points that share a cell)."""
-        centre = xyz[:, [0, 2]].mean(0) if len(xyz) else torch.zeros(2)
-        self.reset(stream, centre.tolist())
-        if len(xyz):
-            self.update([stream], xyz[None], labels[None], torch.ones(1, len(xyz), dtype=torch.bool))
+        """Replace the stream's memory with the given points as they are (a known map: every
+        point kept, several per column allowed, no extent limit); see ``attach``."""
+        self.attach(stream, PointStore(xyz, labels, self.device))
 
     # ------------------------------------------------------------------ read
     def window(self, streams: list[str], centres: torch.Tensor, radius: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -235,7 +254,10 @@ class WorldGrid:
         return self.x[sl, flat], self.y[sl, flat], self.z[sl, flat], self.label[sl, flat]
 
     def points(self, stream: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """All kept points of a stream: (P, 3) xyz and (P,) labels (for known-map files)."""
+        """All points of a stream's memory: (P, 3) xyz and (P,) labels (the kept grid points,
+        or a known map's stored points)."""
+        if stream in self.stores:
+            return self.stores[stream].points()
         k = self.slots[stream]
         m = self.y[k] > NEG
         return torch.stack([self.x[k][m], self.y[k][m], self.z[k][m]], dim=1), self.label[k][m]

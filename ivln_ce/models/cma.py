@@ -22,7 +22,8 @@ The previous-action embedding index is (prev_action + 1) * agent_mask for every 
 
 Two entry points share one per-step function, so they agree exactly: ``act`` (batched,
 state keyed by stream id: reordering or pausing environments changes nothing; the
-instruction is encoded once per episode) and ``forward_sequence`` (T x N training input).
+instruction is encoded once per episode; the caller records the *executed* actions with
+``PolicyState.record_actions``) and ``forward_sequence`` (T x N training input).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ivln_ce.models.encoders import DepthEncoder, InstructionEncoder, RGBEncoder
+from ivln_ce.models.losses import progress_monitor_loss
 
 HIDDEN = 512
 VARIANTS = ("cma", "tourcma", "poolcma", "poolendcma")
@@ -96,7 +98,7 @@ class CMANet(nn.Module):
     """The latent CMA network; subclasses replace the visual branch (see MAP-CMA)."""
 
     def __init__(self, variant: str = "cma", vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50",
-                 rgb_depth: int = 50, reset_state_gru_per_episode: bool = False, bn_train_mode: bool = False):
+                 rgb_depth: int = 50, *, reset_state_gru_per_episode: bool = False, bn_train_mode: bool = False):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -176,12 +178,28 @@ class CMANet(nn.Module):
 
 @dataclass
 class PolicyState:
-    """Per-stream memory: recurrent state, the encoded instruction, the previous action."""
+    """Per-stream memory: recurrent state, the encoded instruction, the previous action.
+
+    ``prev_action`` holds the action the environment *executed* at a stream's previous step,
+    recorded by the caller through ``record_actions``: under DAgger (beta < 1) or on oracle
+    steps it is not the policy's choice, and the official previous-action input is the
+    executed one (SPEC §1.10)."""
 
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # (L, 512)
     instruction: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     prev_action: dict[str, int] = field(default_factory=dict)
     encodings: int = 0  # instruction encodings performed (once per episode per stream)
+
+    def record_actions(self, stream_ids: Sequence[str], executed_actions) -> None:
+        """Remember the actions the environments executed for these streams (one per id)."""
+        actions = executed_actions.tolist() if isinstance(executed_actions, torch.Tensor) else list(executed_actions)
+        if len(actions) != len(stream_ids):
+            raise ValueError(f"record_actions: {len(stream_ids)} stream ids but {len(actions)} actions")
+        for s, a in zip(stream_ids, actions):
+            a = int(a)
+            if not 0 <= a <= 3:
+                raise ValueError(f"record_actions: stream {s!r}: action {a} is not one of 0..3")
+            self.prev_action[s] = a
 
     def drop(self, stream_id: str) -> None:
         """Forget a finished or paused stream."""
@@ -191,14 +209,34 @@ class PolicyState:
 
 
 class CMAPolicy(nn.Module):
-    """A CMA-family policy: ``net`` + ``action_distribution`` (official key layout)."""
+    """A CMA-family policy: ``net`` + ``action_distribution`` (official key layout).
 
-    net_class = CMANet
+    Training switches the policy carries (set from ``train.*`` by ``models.factory``):
+    ``bn_train_mode`` (T3: collect in train mode, see ``collection_mode``) and
+    ``pm_broadcast_bug`` (T1: used by ``progress_loss``)."""
 
-    def __init__(self, **net_kwargs):
+    def __init__(self, variant: str = "cma", vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50",
+                 rgb_depth: int = 50, *, reset_state_gru_per_episode: bool = False, bn_train_mode: bool = False,
+                 pm_broadcast_bug: bool = False):
         super().__init__()
-        self.net = self.net_class(**net_kwargs)
+        net = CMANet(variant, vocab_size, embeddings, depth_backbone, rgb_depth,
+                     reset_state_gru_per_episode=reset_state_gru_per_episode, bn_train_mode=bn_train_mode)
+        self._init_policy(net, bn_train_mode, pm_broadcast_bug)
+
+    def _init_policy(self, net: nn.Module, bn_train_mode: bool, pm_broadcast_bug: bool) -> None:
+        self.net = net
         self.action_distribution = CategoricalHead()
+        self.bn_train_mode = bn_train_mode
+        self.pm_broadcast_bug = pm_broadcast_bug
+
+    def collection_mode(self) -> "CMAPolicy":
+        """The mode for collecting rollouts: train mode when T3 is reproduced (BatchNorm uses
+        the active workers' batch statistics and updates its running ones), else eval."""
+        return self.train(self.bn_train_mode)
+
+    def progress_loss(self, pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The progress-monitor loss, with defect T1 when ``pm_broadcast_bug``."""
+        return progress_monitor_loss(pred, target, valid, official_broadcast=self.pm_broadcast_bug)
 
     @property
     def num_recurrent_layers(self) -> int:
@@ -224,7 +262,9 @@ class CMAPolicy(nn.Module):
         """Actions (N,) and progress (N,) for a batch of streams; ``state`` is updated in place.
 
         ``episode_start`` (agent mask 0: first observation of an episode and every oracle
-        step) and ``tour_start`` (tour mask 0) are the environment's memory signals.
+        step) and ``tour_start`` (tour mask 0) are the environment's memory signals. The
+        previous-action input is what ``state.record_actions`` last stored for each stream;
+        ``act`` does not record its own choice (the executed action may differ).
         """
         L = self.num_recurrent_layers
         device = next(self.parameters()).device
@@ -241,13 +281,13 @@ class CMAPolicy(nn.Module):
         x = StepInputs(instr, instr_mask, prev, (~episode_start.bool()).float(), (~tour_start.bool()).float(), self.net.encode_visual(observations))
         out, progress, new_h = self.net.step(x, h)
         logits = self.action_distribution(out)
+        self.last_logits = logits.detach()  # for callers that sample per stream with their own generators
         if deterministic:
             actions = logits.argmax(dim=1)
         else:
             actions = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
         for i, s in enumerate(stream_ids):
             state.hidden[s] = new_h[i].detach()
-            state.prev_action[s] = int(actions[i])
         return actions, progress, state
 
     def forward_sequence(
@@ -257,11 +297,14 @@ class CMAPolicy(nn.Module):
         agent_masks: torch.Tensor,
         tour_masks: torch.Tensor,
         h0: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Training forward over (T, N, ...) inputs -> logits (T, N, 4), progress (T, N), h_T.
+        """Training forward over (T, N, ...) inputs -> logits (T, N, 4), progress (T, N), h.
 
         The instruction is encoded once per sequence (from t = 0); ``prev_actions`` holds the
-        action executed before each step (-1 where there is none).
+        action executed before each step (-1 where there is none). ``h`` is the state after the
+        last step, or with ``lengths`` (N,) the state after each column's step ``lengths - 1``
+        (its true last step; tour-sequential training carries that one unless T2 is reproduced).
         """
         T, N = prev_actions.shape
         instr, instr_mask = self.net.instruction_encoder(observations["instruction"][0])
@@ -269,13 +312,17 @@ class CMAPolicy(nn.Module):
         visual = {k: v.view(T, N, *v.shape[1:]) for k, v in visual.items()}
         h = h0 if h0 is not None else torch.zeros(N, self.num_recurrent_layers, HIDDEN, device=prev_actions.device)
         logits, progress = [], []
+        last = h
         for t in range(T):
             x = StepInputs(instr, instr_mask, prev_actions[t], agent_masks[t].float(), tour_masks[t].float(), {k: v[t] for k, v in visual.items()})
             out, p, h = self.net.step(x, h)
             logits.append(self.action_distribution(out))
             progress.append(p)
-        return torch.stack(logits), torch.stack(progress), h
+            if lengths is not None:
+                ends = (lengths.to(h.device) - 1 == t)[:, None, None]
+                last = torch.where(ends, h, last)
+        return torch.stack(logits), torch.stack(progress), (last if lengths is not None else h)
 
 
 def make_latent_policy(variant: str = "cma", **kwargs) -> CMAPolicy:
-    return CMAPolicy(variant=variant, **kwargs)
+    return CMAPolicy(variant, **kwargs)

@@ -66,6 +66,16 @@ class InstructionEncoder(nn.Module):
         return out.permute(0, 2, 1).contiguous(), mask
 
 
+def spatial_features(embedding: nn.Embedding, n: int) -> torch.Tensor:
+    """The official spatial features, (n, 64, 16): ``emb(arange(16)).view(1, -1, h, w)``.
+
+    This *reshapes* the (16, 64) table, i.e. reads its memory as (64, 4 x 4); it is not a
+    transpose. Official weights (``depth_linear``, the key/value projections) were trained on
+    exactly this layout."""
+    table = embedding(torch.arange(embedding.num_embeddings, device=embedding.weight.device))
+    return table.reshape(1, embedding.embedding_dim, embedding.num_embeddings).expand(n, -1, -1)
+
+
 class DDPPODepthEncoder(nn.Module):
     """``backbone`` + ``compression`` as in ``gibson-2plus-resnet50.pth``: (N,1,128,128) -> 128x4x4."""
 
@@ -120,8 +130,7 @@ class DepthEncoder(nn.Module):
         f = self.features(depth) if features is None else features
         n = f.shape[0]
         f = f.flatten(2)  # (N, 128, 16)
-        pos = self.spatial_embeddings(torch.arange(16, device=f.device)).t()[None].expand(n, -1, -1)
-        return torch.cat([f, pos], dim=1)  # (N, 192, 16)
+        return torch.cat([f, spatial_features(self.spatial_embeddings, n)], dim=1)  # (N, 192, 16)
 
 
 class RGBEncoder(nn.Module):
@@ -150,8 +159,7 @@ class RGBEncoder(nn.Module):
         f = self.features(rgb) if features is None else features
         n = f.shape[0]
         f = f.flatten(2)
-        pos = self.spatial_embeddings(torch.arange(16, device=f.device)).t()[None].expand(n, -1, -1)
-        return torch.cat([f, pos], dim=1)
+        return torch.cat([f, spatial_features(self.spatial_embeddings, n)], dim=1)  # (N, 2112, 16)
 
 
 class CoBRABlock(nn.Module):

@@ -16,7 +16,7 @@ from ivln_ce.models.encoders import MapEncoder, map_input
 
 
 class MapCMANet(CMANet):
-    def __init__(self, vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50", **_ignored):
+    def __init__(self, vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50"):
         super().__init__("cma", vocab_size, embeddings, depth_backbone)
 
     def _build_visual(self, rgb_depth: int, bn_train_mode: bool) -> None:
@@ -43,4 +43,10 @@ class MapCMANet(CMANet):
 
 
 class MapCMAPolicy(CMAPolicy):
-    net_class = MapCMANet
+    """MAP-CMA; ``bn_train_mode`` (T3) concerns its map encoder's BatchNorm during collection
+    (``collection_mode``), ``pm_broadcast_bug`` (T1) its progress loss."""
+
+    def __init__(self, vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50", *,
+                 bn_train_mode: bool = False, pm_broadcast_bug: bool = False):
+        nn.Module.__init__(self)
+        self._init_policy(MapCMANet(vocab_size, embeddings, depth_backbone), bn_train_mode, pm_broadcast_bug)

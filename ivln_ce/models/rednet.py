@@ -138,6 +138,7 @@ class RedNetSegmenter:
     def __init__(self, model: RedNet, device: str | torch.device = "cpu"):
         self.model = model.to(device).eval()
         self.device = device
+        self.load_report = None  # set by models.factory.load_segmenter
 
     @torch.no_grad()
     def __call__(self, rgb: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ Frames (RGB, normalised depth, 13-class labels) are rendered at random navigable
 headings of the train houses of a synthetic preset, and of its held-out (val_unseen) houses
 for evaluation, and cached as ``.npz`` files. Training uses cross entropy on the full-
 resolution logits plus the four deep-supervision heads (on downsampled labels), Adam, and
-saves ``checkpoint.pt`` atomically after every epoch (``--resume`` continues from it). The
+saves ``checkpoint.pt`` atomically after every epoch (``--resume`` continues from it; it is
+read with the allow-listed, data-only loader of ``models.official_weights``). The
 evaluation reports mean IoU over the classes present in the held-out frames and the
 confusion matrix. Checkpoints hold ``model_state`` like the official file, so
 ``models.official_weights.load_rednet`` reads them.
@@ -27,6 +28,7 @@ from tqdm import tqdm
 
 from ivln_ce.benchmark.synthetic import PRESETS, _house_seed
 from ivln_ce.config import load_config
+from ivln_ce.models.official_weights import load_state, read_checkpoint
 from ivln_ce.models.rednet import NUM_CLASSES, RedNet, mean_iou, normalise_inputs
 from ivln_ce.scenes.categories import CLASS_NAMES
 from ivln_ce.scenes.layout import generate_house
@@ -107,6 +109,14 @@ def train_rednet(cfg: RedNetTrainConfig, resume: bool = True, log=print) -> dict
     preset = PRESETS[cfg.preset]
     train_seeds = [_house_seed(cfg.seed, k) for k in range(preset.train_houses)][: cfg.max_train_houses]
     eval_seeds = [_house_seed(cfg.seed, preset.train_houses + k) for k in range(preset.val_unseen_houses)][: cfg.max_eval_houses]
+    ckpt_path = out / "checkpoint.pt"
+    # read a checkpoint to resume from before the (slow) frame rendering: a bad or unsafe file
+    # fails at once; the reader only unpickles data (an allow-list, never arbitrary globals)
+    ckpt = read_checkpoint(ckpt_path) if resume and ckpt_path.exists() else None
+    if ckpt is not None:
+        missing = {"model_state", "optim_state", "epoch", "history"} - set(ckpt)
+        if missing:
+            raise ValueError(f"{ckpt_path}: not a train-rednet checkpoint: no {sorted(missing)} (delete it or pass resume=False)")
     t0 = time.perf_counter()
     train = _cached_frames(out / f"frames_train_{cfg.size}.npz", lambda: render_frames(train_seeds, cfg.frames_per_house, cfg.size, cfg.seed, "frames train"))
     held = _cached_frames(out / f"frames_val_unseen_{cfg.size}.npz", lambda: render_frames(eval_seeds, max(10, cfg.frames_per_house // 2), cfg.size, cfg.seed + 1, "frames val_unseen"))
@@ -115,10 +125,8 @@ def train_rednet(cfg: RedNetTrainConfig, resume: bool = True, log=print) -> dict
     model = RedNet(depth=cfg.encoder_depth)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     start_epoch, history = 0, []
-    ckpt_path = out / "checkpoint.pt"
-    if resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        model.load_state_dict(ckpt["model_state"])
+    if ckpt is not None:
+        load_state(model, ckpt["model_state"], str(ckpt_path), strict=True)
         opt.load_state_dict(ckpt["optim_state"])
         start_epoch, history = ckpt["epoch"], ckpt["history"]
         log(f"resumed from {ckpt_path} after epoch {start_epoch}")

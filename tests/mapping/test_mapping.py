@@ -286,6 +286,27 @@ def test_numba_and_torch_backends_build_the_same_memory_and_maps():
     assert torch.equal(t.x[filled], n.x[filled]) and torch.equal(t.z[filled], n.z[filled])
     assert filled.sum() > 2000 and t.dropped_points == n.dropped_points
     assert maps["numba"][0].sum() > 0 and maps["numba"][1].max() > 0
+    # ties: points on a 5 cm lattice with a few heights, so map cells hold several points of
+    # equal height and equal x (the z and label tie-breaks decide); into the grids and, as
+    # known maps with several points per column, into point stores; batches mix both kinds
+    x = rng.integers(-60, 60, size=6000) * 0.05 + 0.01
+    z = rng.integers(-60, 60, size=6000) * 0.05 + rng.choice([0.0, 0.02], size=6000)
+    y = rng.choice([0.6, 1.0, 1.4], size=6000)
+    tie_pts = torch.from_numpy(np.stack([x, y, z], axis=1).astype(np.float32))
+    tie_lab = torch.from_numpy(rng.integers(0, 13, size=6000).astype(np.uint8))
+    centre = sensor[0, [0, 2]].tolist()
+    for g in grids.values():
+        g.update(["a"], (tie_pts + torch.tensor([centre[0], 0.0, centre[1]]))[None], tie_lab[None], torch.ones(1, 6000, dtype=torch.bool))
+        g.load_points("k", tie_pts, tie_lab)
+    order = ["k", "a", "b"]
+    perm = [0, 0, 1]
+    for _ in range(4):
+        sen = torch.tensor([[float(rng.uniform(-2, 2)), 1.25, float(rng.uniform(-2, 2))]] * 3, dtype=torch.float32)
+        sen[1:, [0, 2]] = sensor[perm[1:]][:, [0, 2]]
+        hd = torch.from_numpy(rng.uniform(-3.2, 3.2, size=3).astype(np.float32))
+        out = {b: render(g, order, sen, hd) for b, g in grids.items()}
+        assert torch.equal(out["torch"][0], out["numba"][0]) and torch.equal(out["torch"][1], out["numba"][1])
+        assert out["numba"][1][0].max() > 0 and out["numba"][1][1].max() > 0
 
 
 def test_map_tensor_is_occupancy_then_one_hot_classes():
@@ -326,9 +347,9 @@ def test_a_visit_with_a_segmenter_maps_its_labels_on_the_same_geometry(tmp_path)
 
 
 def test_points_beyond_the_world_grid_are_counted_and_reported(caplog):
-    m = Mapper(load_config(None, ["mapping.world_extent=4.0"]).mapping)
-    far = {"depth": torch.full((1, 16, 16, 1), 0.35), "position": torch.zeros(1, 3), "heading": torch.zeros(1),
-           "semantic12": torch.ones(1, 16, 16, dtype=torch.uint8)}  # a wall 3.5 m ahead: beyond the 2 m half-extent
+    m = Mapper(load_config(None, ["mapping.world_extent=10.0"]).mapping)
+    far = {"depth": torch.full((1, 16, 16, 1), 0.6), "position": torch.zeros(1, 3), "heading": torch.zeros(1),
+           "semantic12": torch.ones(1, 16, 16, dtype=torch.uint8)}  # a wall 6 m ahead: beyond the 5 m half-extent
     with caplog.at_level("WARNING"):
         m(["s"], far, torch.tensor([True]), torch.tensor([True]))
     assert m.grid.dropped_points > 0 and "raise mapping.world_extent" in caplog.text
@@ -347,3 +368,89 @@ def test_a_reset_clears_everything_written_since_the_last_one(backend):
         sensor = torch.tensor([[float(rng.uniform(-3, 3)), 1.25, float(rng.uniform(-3, 3))]])
         g.integrate(["s"], depth, torch.ones(1, 32, 32, dtype=torch.uint8), sensor, torch.tensor([float(rng.uniform(-3, 3))]), HFOV)
         assert (g.y > float("-inf")).sum() > 400
+
+
+def _known(tmp_path, xyz, labels, backend):
+    known = KnownMaps(tmp_path, "gt_semantics")
+    known.save("scan", np.asarray(xyz, np.float32), np.asarray(labels, np.uint8))
+    return Mapper(load_config(None, ["mapping.mode=known", f"mapping.backend={backend}"]).mapping, known_maps=known)
+
+
+def _at(mapper, stream, base, heading=0.0):
+    obs = {"position": torch.tensor([base], dtype=torch.float32), "heading": torch.tensor([heading]), "depth": torch.zeros(1, 8, 8, 1)}
+    yes = torch.tensor([True])
+    out = mapper([stream], obs, yes, yes, scans=["scan"])
+    return out["occupancy_map"][0], out["semantic_map"][0]
+
+
+def test_a_two_storey_known_map_shows_each_agent_its_own_floor(tmp_path, backend):
+    """Known maps are used as stored (SPEC §6.10): two points in one 5 cm column, one per
+    storey, both survive, and the render band picks the agent's floor. Floors at y = 0 and
+    y = 3: a chair (8) 0.8 m above the ground floor, a table (7) 0.8 m above the upper floor,
+    straight above it, at (1, -1): map cell row round((-1 + 3.2) / 0.1) = 22, col 42."""
+    xyz = [[1.0, 0.8, -1.0], [1.0, 3.8, -1.0], [-1.0, 1.0, 0.0], [-1.0, 4.5, 0.0]]
+    labels = [8, 7, 0, 3]  # plus a wall point on the ground floor, a cushion (3) high on the upper one
+    m = _known(tmp_path, xyz, labels, backend)
+    occ0, sem0 = _at(m, "ground", [0.0, 0.0, 0.0])
+    occ1, sem1 = _at(m, "upper", [0.0, 3.0, 0.0])
+    assert torch.nonzero(occ0).tolist() == [[22, 42], [32, 22]] and sem0[22, 42] == 8 and sem0[32, 22] == 0
+    assert torch.nonzero(occ1).tolist() == [[22, 42], [32, 22]] and sem1[22, 42] == 7 and sem1[32, 22] == 3
+    xyz_m, lab_m = m.memory_points("ground")
+    assert len(xyz_m) == 4 and sorted(lab_m.tolist()) == [0, 3, 7, 8]  # the memory is the file, every point
+
+
+def test_known_map_points_far_from_the_start_are_kept(tmp_path, backend):
+    """No extent limit for known maps: a point 120 m from the others (far beyond the 60 m
+    world grid) is rendered when the agent stands next to it."""
+    m = _known(tmp_path, [[0.0, 1.0, -1.0], [120.0, 1.0, -1.0]], [3, 6], backend)
+    occ, sem = _at(m, "s", [120.0, 0.0, 0.0])
+    assert torch.nonzero(occ).tolist() == [[22, 32]] and sem[22, 32] == 6
+    occ, sem = _at(m, "s", [0.0, 0.0, 0.0])
+    assert torch.nonzero(occ).tolist() == [[22, 32]] and sem[22, 32] == 3
+
+
+TIES = (  # (x, y, z, label): five distinct 5 cm columns, all in map cell (22, 42) for a sensor at the origin
+    (0.96, 1.0, -1.00, 3),  # column (19, -20)
+    (1.04, 1.0, -0.96, 2),  # column (21, -19): same height, larger x than the first, larger z than the next
+    (1.04, 1.0, -1.04, 7),  # column (21, -21)
+    (1.00, 0.8, -1.00, 9),  # column (20, -20): lower
+    (0.96, 1.5, -0.96, 0),  # column (19, -19): highest, but void
+)
+
+
+def test_equal_heights_in_a_map_cell_go_to_the_larger_x_z_label(tmp_path, backend):
+    """SPEC §6.7 with the §6.5 tie-break: the highest non-void point names the cell; of the three
+    at y = 1.0, x = 1.04 beats 0.96, then z = -0.96 beats -1.04, so label 2 (not the largest
+    label 7 or 3). Same from the world grid and from a known map's store."""
+    xyz = torch.tensor([t[:3] for t in TIES])
+    lab = torch.tensor([t[3] for t in TIES], dtype=torch.uint8)
+    g = WorldGrid(backend=backend)
+    g.reset("grid", [0.0, 0.0])
+    g.update(["grid"], xyz[None], lab[None], torch.ones(1, len(TIES), dtype=torch.bool))
+    assert len(g.points("grid")[0]) == 5  # five columns: nothing merged by keep-highest
+    g.load_points("known", xyz, lab)
+    occ, sem = render(g, ["grid", "known"], torch.tensor([[0.0, 1.25, 0.0]] * 2), torch.zeros(2))
+    for b in range(2):
+        assert torch.nonzero(occ[b]).tolist() == [[22, 42]] and sem[b, 22, 42] == 2
+    # without the winner, the z tie-break picks label 7 over 3 (x = 1.04 > 0.96)
+    keep = [0, 2, 3, 4]
+    g.load_points("known", xyz[keep], lab[keep])
+    assert render(g, ["known"], torch.tensor([[0.0, 1.25, 0.0]]), torch.zeros(1))[1][0, 22, 42] == 7
+
+
+def test_a_known_map_renders_as_the_grid_holding_the_same_points(backend):
+    """One point per column (a keep-highest map): the point store's render equals the grid's,
+    on random points and poses, with many equal heights."""
+    rng = np.random.default_rng(4)
+    pts = rng.uniform(-6, 6, size=(1, 3000, 3)).astype(np.float32)
+    pts[..., 1] = np.round(rng.uniform(0.0, 2.5, size=3000), 1)
+    labels = rng.integers(0, 13, size=(1, 3000)).astype(np.uint8)
+    g = WorldGrid(extent=20.0, backend=backend)
+    g.reset("grid", [0.0, 0.0])
+    g.update(["grid"], torch.from_numpy(pts), torch.from_numpy(labels), torch.ones(1, 3000, dtype=torch.bool))
+    g.load_points("known", *g.points("grid"))
+    for _ in range(6):
+        sensor = torch.tensor([[rng.uniform(-3, 3), rng.uniform(0.5, 2.0), rng.uniform(-3, 3)]], dtype=torch.float32)
+        h = torch.tensor([float(rng.uniform(-3.2, 3.2))])
+        a, b = render(g, ["grid"], sensor, h), render(g, ["known"], sensor, h)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].sum() > 50

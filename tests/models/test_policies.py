@@ -112,6 +112,7 @@ def test_sequence_forward_equals_step_by_step_act(kind):
     acts, progs = [], []
     for t in range(T):
         a, pr, state = p.act(seq[t], state, ids, episode_start[t], tour_start[t])
+        state.record_actions(ids, a)  # the policy's own actions were executed (beta = 0)
         acts.append(a)
         progs.append(pr)
     # the same inputs through the training path (agent mask 0 at t=0 and at the oracle step)
@@ -122,6 +123,54 @@ def test_sequence_forward_equals_step_by_step_act(kind):
         logits, progress, _ = p.forward_sequence(obs, prev, agent_mask, (~tour_start).float())
     assert torch.allclose(progress, torch.stack(progs), atol=1e-5)
     assert torch.equal(logits.argmax(-1), torch.stack(acts))
+
+
+@pytest.mark.parametrize("kind", ["cma", "mapcma"])
+def test_the_previous_action_is_the_executed_one_recorded_by_the_caller(kind):
+    """Under DAgger (beta < 1) the executed action is often the expert's: ``act`` must not
+    record its own choice; the next step's previous-action input is what ``record_actions``
+    stored, and it matters (agent mask 1) exactly as the training path says."""
+    p = make(kind)
+    ids = ["a", "b"]
+    o0, o1 = observations(kind, 2, seed=0), observations(kind, 2, seed=1)
+    o1["instruction"] = o0["instruction"]
+    start, cont = torch.tensor([True, True]), torch.tensor([False, False])
+    a0, _, state = p.act(o0, PolicyState(), ids, start, start)
+    assert state.prev_action == {}  # act records nothing
+    results = {}
+    for label, executed in (("policy", a0), ("expert", (a0 + 1) % 4)):
+        s = PolicyState()
+        p.act(o0, s, ids, start, start)
+        s.record_actions(ids, executed)
+        assert s.prev_action == {"a": int(executed[0]), "b": int(executed[1])}
+        _, prog, _ = p.act(o1, s, ids, cont, cont)
+        obs = {k: torch.stack([o0[k], o1[k]]) for k in o0}
+        prev = torch.stack([torch.full((2,), -1), executed])
+        agent = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+        with torch.no_grad():
+            _, want, _ = p.forward_sequence(obs, prev, agent, agent)
+        assert torch.allclose(prog, want[1], atol=1e-6), label
+        results[label] = prog
+    assert not torch.allclose(results["policy"], results["expert"])
+    with pytest.raises(ValueError, match="2 stream ids but 1 actions"):
+        state.record_actions(ids, torch.tensor([1]))
+    with pytest.raises(ValueError, match="action 7"):
+        state.record_actions(ids, [1, 7])
+
+
+def test_constructors_take_explicit_keywords_only():
+    from ivln_ce.models.map_cma import MapCMANet
+
+    with pytest.raises(TypeError, match="vocab_sise"):
+        MapCMAPolicy(vocab_sise=50)  # a typo is an error, not a silently ignored option
+    with pytest.raises(TypeError):
+        MapCMANet(depth_backbone="small", reset_state_gru_per_episode=True)
+    with pytest.raises(TypeError):
+        CMAPolicy("tourcma", 50, None, "small", 18, True)  # the switches are keyword-only
+    p = CMAPolicy("tourcma", 50, None, "small", 18, reset_state_gru_per_episode=True, bn_train_mode=True, pm_broadcast_bug=True)
+    assert p.net.reset_state_gru_per_episode and p.net.rgb_encoder.bn_train_mode and p.pm_broadcast_bug
+    m = MapCMAPolicy(50, depth_backbone="small", bn_train_mode=True)
+    assert m.bn_train_mode and not m.pm_broadcast_bug
 
 
 def test_state_is_keyed_by_stream_not_batch_slot():

@@ -32,3 +32,19 @@ def test_training_loop_checkpoints_resumes_and_reports(tmp_path):
     assert any("resumed" in m for m in messages) and [h["epoch"] for h in report2["history"]] == [1, 2]
     model = RedNet(depth=18)
     assert load_rednet(model, tmp_path / "checkpoint.pt").ok  # the official-layout loader reads our checkpoints
+
+
+def test_a_train_rednet_resume_refuses_a_malicious_checkpoint(tmp_path):
+    """``--resume`` reads ``checkpoint.pt`` with the allow-listed loader, before any frame is
+    rendered: an ``exec`` payload is refused, naming the file and the global, and never runs."""
+    from ivln_ce.models.official_weights import UnsafeCheckpointError
+    from tests.models.fakes import PAYLOADS
+
+    marker = tmp_path / "PWNED"
+    ckpt = tmp_path / "checkpoint.pt"
+    torch.save({"model_state": {}, "optim_state": {}, "epoch": 1, "history": [PAYLOADS["builtins.exec"](marker)], "config": {}}, ckpt, pickle_protocol=3)
+    cfg = RedNetTrainConfig(out=str(tmp_path), preset="tiny", size=32, frames_per_house=1, epochs=2, batch_size=1, max_train_houses=1, max_eval_houses=1)
+    with pytest.raises(UnsafeCheckpointError, match=r"checkpoint\.pt.*builtins\.exec"):
+        train_rednet(cfg, log=lambda *_: None)
+    assert not marker.exists()
+    assert not (tmp_path / "frames_train_32.npz").exists()  # refused before any work was done
