@@ -1,0 +1,110 @@
+"""Training curves (``ivln-ce viz curves``): loss, action accuracy, β and validation t-nDTW.
+
+Reads the TensorBoard event files a training run writes (``torch.utils.tensorboard``) with
+TensorBoard's own event reader, and draws one figure with four panels, every given run in
+its own colour. Tags (the trainer's names): ``train/loss``, ``train/action_loss``,
+``train/progress_loss``, ``train/action_accuracy``, ``train/beta`` against the training step,
+and ``eval_{split}_tndtw`` against the checkpoint (step = checkpoint index + 1, SPEC §10.2).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+from ivln_ce.viz.runs import ResultsError
+
+LOSS_TAGS = ("train/loss", "train/action_loss", "train/progress_loss")
+EVAL_TNDTW = re.compile(r"^eval_(.+)_tndtw$")
+
+
+def event_files(train_dir: str | Path) -> list[Path]:
+    root = Path(train_dir)
+    if not root.exists():
+        raise ResultsError(f"{root}: no such training folder")
+    files = sorted(root.rglob("events.out.tfevents.*")) if root.is_dir() else [root]
+    if not files:
+        raise ResultsError(f"{root}: no TensorBoard event files (events.out.tfevents.*) in this folder or below")
+    return files
+
+
+def read_scalars(train_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag of a run: tag -> [(step, value)] sorted by step.
+
+    A run resumed into a new event file repeats some steps; the later file wins (event file
+    names start with their creation time, so name order is write order)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    merged: dict[str, dict[int, float]] = {}
+    for f in event_files(train_dir):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        try:
+            acc.Reload()
+        except Exception as exc:  # a truncated file from a killed run: say which
+            raise ResultsError(f"{f}: cannot read this TensorBoard event file ({exc})") from exc
+        for tag in acc.Tags().get("scalars", []):
+            series = merged.setdefault(tag, {})
+            for ev in acc.Scalars(tag):
+                series[int(ev.step)] = float(ev.value)
+    return {tag: sorted(s.items()) for tag, s in merged.items()}
+
+
+def _name(d: Path, all_dirs: Sequence[Path]) -> str:
+    names = [p.name for p in all_dirs]
+    return d.name if names.count(d.name) == 1 else str(d)
+
+
+def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequence[str] | None = None) -> Path:
+    """Write the four-panel figure of one or more runs to ``out`` (.png or .svg)."""
+    from matplotlib.figure import Figure
+
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"{out}: the figure must be a .png or .svg file")
+    dirs = [Path(d) for d in train_dirs]
+    if not dirs:
+        raise ValueError("give at least one training folder")
+    runs = [(names[k] if names else _name(d, dirs), read_scalars(d)) for k, d in enumerate(dirs)]
+    fig = Figure(figsize=(12, 8), dpi=110, layout="constrained")
+    axes = fig.subplots(2, 2)
+    colors = [f"C{k % 10}" for k in range(len(runs))]
+    panels = [
+        (axes[0][0], "loss", "training step", [(t, s) for t, s in zip(LOSS_TAGS, ("-", "--", ":"))]),
+        (axes[0][1], "action accuracy", "training step", [("train/action_accuracy", "-")]),
+        (axes[1][0], "β (teacher-forcing / DAgger mixing)", "training step", [("train/beta", "-")]),
+    ]
+    for ax, title, xlabel, tags in panels:
+        drawn = False
+        for (name, scalars), c in zip(runs, colors):
+            for tag, style in tags:
+                pts = scalars.get(tag)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=c, lw=1.4,
+                            label=f"{name}: {tag.split('/', 1)[-1]}" if len(tags) > 1 or len(runs) > 1 else tag)
+                    drawn = True
+        _finish(ax, title, xlabel, drawn)
+    ax = axes[1][1]
+    drawn = False
+    for (name, scalars), c in zip(runs, colors):
+        for k, tag in enumerate(sorted(t for t in scalars if EVAL_TNDTW.match(t))):
+            pts = scalars[tag]
+            split = EVAL_TNDTW.match(tag).group(1)
+            scale = 100.0 if max(v for _, v in pts) <= 1.0 else 1.0  # logged as a fraction or x100
+            ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], ("-o", "--s", ":^")[k % 3], color=c, lw=1.4, ms=4,
+                    label=f"{name}: {split}")
+            drawn = True
+    _finish(ax, "validation t-nDTW (x 100)", "checkpoint", drawn)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
+def _finish(ax, title: str, xlabel: str, drawn: bool) -> None:
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data logged", transform=ax.transAxes, ha="center", va="center", color="0.5")

@@ -1,0 +1,410 @@
+"""Build the static tour viewer (``ivln-ce viz report``) from an evaluation results folder.
+
+The main process reads the run's files once (stats, per-episode metrics, the agent path log,
+the split's target tour paths, the episodes for goals and instructions) and draws each scene
+plan once; tours are then rendered in worker processes (alignment, SVG drawings, downsampled
+map and frame images, the page), and the index is written last. Optional inputs (target
+paths, episodes, scenes, map records, frames, videos, manifest) may be missing: the pages
+say what is absent instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import zipfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from ivln_ce.data.episodes import load_episodes
+from ivln_ce.data.jsonio import DataFormatError
+from ivln_ce.data.targets import TourPath, iter_target_paths, load_agent_paths
+from ivln_ce.metrics.alignment import align_tour_official
+from ivln_ce.metrics.tour import TourScoreError
+from ivln_ce.viz.report import assets, pages
+from ivln_ce.viz.report.images import (
+    ImageSettings,
+    frame_image,
+    load_layout,
+    map_record_images,
+    memory_background,
+    plan_background,
+)
+from ivln_ce.viz.report.svg import Background, alignment_svg, bar_chart_svg, episode_geometry, plan_svg
+from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
+
+REQUIRED = ("iterative_stats", "iterative_all_stats", "dtw_data")
+
+
+def safe_name(text: str) -> str:
+    """The report's file-name form of an id: the evaluator's encoding (``runs.file_component``)."""
+    return file_component(text) or "_"
+
+
+def _href(path: Path, start: Path) -> str:
+    return quote(os.path.relpath(path, start).replace(os.sep, "/"))
+
+
+def _tour_key(tid: str):
+    return (0, int(tid), "") if str(tid).isdigit() else (1, 0, str(tid))
+
+
+@dataclass
+class Report:
+    """What ``build_report`` wrote."""
+
+    out: Path
+    index: Path
+    pages: list[Path]
+    runs: list[str]
+    episodes: int
+    images: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.out.rglob("*") if p.is_file())
+
+
+@dataclass
+class TourTask:
+    """Everything one worker needs to render one tour page (picklable)."""
+
+    out: Path
+    run_dir: str
+    label: str
+    split: str
+    tour_id: str
+    scan: str | None
+    prev: str | None
+    next: str | None
+    agent: TourPath
+    target: TourPath | None
+    metrics: dict[str, dict]
+    summary: dict | None
+    teleports: dict[str, int]
+    instructions: dict[str, str]
+    goals: dict[str, np.ndarray]
+    references: dict[str, np.ndarray]
+    background: Background | None
+    background_caption: str
+    maps_dir: Path | None
+    frames_dir: Path | None
+    videos_dir: Path | None
+    d_th: float
+    settings: ImageSettings
+    notes: list[str]
+
+
+def _data_paths(cfg: dict, split: str, data_root: str | Path | None) -> dict[str, Path | None]:
+    data = cfg.get("data") or {}
+    old_root = data.get("root")
+
+    def fix(p: str | None) -> Path | None:
+        if not p:
+            return None
+        p = str(p).replace("{split}", split)
+        if data_root is not None and old_root and p.startswith(str(old_root)):
+            p = str(Path(data_root)) + p[len(str(old_root)) :]
+        return Path(p)
+
+    return {k: fix(data.get(k)) for k in ("target_paths", "episodes", "scenes_dir")}
+
+
+def render_tour(task: TourTask) -> dict[str, Any]:
+    """Alignment, drawings, images and the page of one tour; returns its index summary."""
+    page_dir = task.out / task.run_dir
+    img_dir = page_dir / "img" / safe_name(task.tour_id)
+    img_dir.mkdir(parents=True, exist_ok=True)
+    notes = list(task.notes)
+    in_path = set(task.agent.episode_ids)
+    order = list(task.agent.episode_ids) + [e for e in task.metrics if e not in in_path]
+    index = {e: k for k, e in enumerate(order)}
+
+    al = None
+    if task.target is not None:
+        try:
+            al = align_tour_official(task.tour_id, task.agent, task.target, on_infeasible="paper_fallback")
+        except TourScoreError as exc:
+            notes.append(f"no DTW alignment: {exc}")
+    blocks: dict[str, dict] = {}
+    if al is not None:
+        for b, eid in enumerate(al.episodes):
+            s, e = al.blocks[b]
+            pr = al.pairs[s:e]
+            blocks[eid] = {"dtw": al.block_dtw[b], "n": int(len(np.unique(pr[:, 0]))), "m": int(len(np.unique(pr[:, 1]))), "pairs": int(e - s)}
+
+    background, caption = task.background, task.background_caption
+    tour_key = file_component(task.tour_id)
+    tour_maps = task.maps_dir / tour_key if task.maps_dir is not None else None
+    if background is None and tour_maps is not None and (tour_maps / "tour.npz").exists():
+        with np.load(tour_maps / "tour.npz", allow_pickle=False) as z:
+            if "xyz" in z.files and "labels" in z.files:
+                background = memory_background(z["xyz"], z["labels"], img_dir / "memory.png", _href(img_dir / "memory.png", page_dir), task.settings)
+                caption = "Background: the agent's allocentric map memory at the end of the tour (no scene layout available)."
+
+    n_images = 0
+    episodes = []
+    for eid in order:
+        imgs: dict[str, str] = {}
+        stem = safe_name(eid)
+        ekey = file_component(eid)
+        if tour_maps is not None and (tour_maps / f"{ekey}.npz").exists():
+            ego, allo = img_dir / f"{stem}_ego.png", img_dir / f"{stem}_allo.png"
+            try:
+                w_ego, w_allo = map_record_images(tour_maps / f"{ekey}.npz", ego, allo, task.settings)
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # one broken record must not sink the report
+                notes.append(f"map record {tour_maps / f'{ekey}.npz'} is unreadable ({type(exc).__name__}: {exc}); its images are left out")
+                w_ego = w_allo = False
+            if w_ego:
+                imgs["ego"] = _href(ego, page_dir)
+            if w_allo:
+                imgs["allo"] = _href(allo, page_dir)
+        if task.frames_dir is not None:
+            for which in ("first", "last"):
+                src = task.frames_dir / tour_key / f"{ekey}_{which}.jpg"
+                dst = img_dir / f"{stem}_{which}.jpg"
+                if src.exists() and frame_image(src, dst, task.settings):
+                    imgs[which] = _href(dst, page_dir)
+        video = None
+        if task.videos_dir is not None:
+            for ext in (".mp4", ".webm"):
+                v = task.videos_dir / tour_key / f"{ekey}{ext}"
+                if v.exists():
+                    video = _href(v, page_dir)
+                    break
+        n_images += len(imgs)
+        episodes.append({
+            "id": eid,
+            "index": index[eid],
+            "metrics": task.metrics.get(eid),
+            "teleports": task.teleports.get(eid),
+            "instruction": task.instructions.get(eid),
+            "block": blocks.get(eid),
+            "images": imgs,
+            "video": video,
+        })
+
+    geometry = episode_geometry(task.agent, task.target, order, task.goals, task.references)
+    ctx = {
+        "run": task.run_dir,
+        "label": task.label,
+        "split": task.split,
+        "tour_id": task.tour_id,
+        "scan": task.scan,
+        "prev": task.prev,
+        "next": task.next,
+        "summary": task.summary,
+        "teleports": sum(v for v in task.teleports.values() if isinstance(v, (int, float))) if task.teleports else None,
+        "alignment": None if al is None else {"dtw": al.dtw, "m": al.normaliser, "tndtw": al.tndtw(task.d_th), "weight": al.weight, "fallback": al.fallback, "d_th": task.d_th},
+        "plan_svg": plan_svg(geometry, background),
+        "plan_caption": caption if background is not None else "No scene layout or map recorded for this scene: paths on a neutral background.",
+        "alignment_svg": alignment_svg(al, order, background) if al is not None else "",
+        "episodes": episodes,
+        "notes": notes,
+    }
+    page = page_dir / f"tour_{safe_name(task.tour_id)}.html"
+    page.write_text(pages.tour_page(ctx), encoding="utf-8")
+    summ = task.summary or {}
+    succ = [m.get("success") for m in task.metrics.values() if isinstance(m, dict) and m.get("success") is not None]
+    return {
+        "tour_id": task.tour_id,
+        "scan": task.scan,
+        "episodes": len(order),
+        "tndtw": summ.get("tndtw", None if al is None else al.tndtw(task.d_th)),
+        "tndtw_paper": summ.get("tndtw_paper"),
+        "weight": summ.get("weight", None if al is None else al.weight),
+        "teleports": ctx["teleports"],
+        "success": float(np.mean(succ)) if succ else None,
+        "alignment_tndtw": ctx["alignment"]["tndtw"] if al is not None else None,
+        "page": f"{quote(task.run_dir)}/{quote(page.name)}",
+        "_images": n_images,
+        "_path": str(page),
+    }
+
+
+class _RunInputs:
+    """A run's files read once in the main process."""
+
+    def __init__(self, run: Run, data_root, out: Path, settings: ImageSettings, scene_cache: dict):
+        run.require(*REQUIRED)
+        self.run = run
+        self.notes: list[str] = []
+        self.all_stats = json.loads(run.output("iterative_all_stats").read_text())
+        self.agent = load_agent_paths(run.output("dtw_data"))
+        if not self.agent:
+            raise ResultsError(f"{run.output('dtw_data')}: the agent path log holds no tour")
+        cfg = run.config
+        if not cfg:
+            self.notes.append(f"{run.output('iterative_stats').name} holds no config: data files (targets, episodes, scenes) unknown")
+        paths = _data_paths(cfg, run.split, data_root)
+        self.d_th = float(((cfg.get("metrics") or {}).get("tndtw") or {}).get("d_th", 3.0))
+        self.targets: dict[str, TourPath] = {}
+        tp = paths["target_paths"]
+        if tp is not None and tp.exists():
+            try:
+                self.targets = {t: p for t, p in iter_target_paths(tp, run.split) if t in self.agent}
+            except DataFormatError as exc:
+                self.notes.append(f"target tour paths not used: {exc}")
+        else:
+            self.notes.append(f"no target tour paths at {tp}: no DTW alignment (pass --data to point at the data root)")
+        self.episodes = None
+        ep = paths["episodes"]
+        if ep is not None and ep.exists():
+            self.episodes = load_episodes(ep)
+        else:
+            self.notes.append(f"no episode file at {ep}: no goals or instructions")
+        self.scenes_dir = paths["scenes_dir"]
+        self.out, self.settings, self.scene_cache = out, settings, scene_cache
+
+    def tour_scan(self, tid: str) -> tuple[str | None, str | None]:
+        """(scan, scene_id) of a tour, from its episodes or its per-tour record."""
+        for eid in self.agent[tid].episode_ids:
+            if self.episodes is not None and eid in self.episodes:
+                e = self.episodes[eid]
+                return e.scan, e.scene_id
+        rec = self.run.folder("tours") / f"{file_component(tid)}.json"
+        if rec.exists():
+            scan = json.loads(rec.read_text()).get("scan")
+            return scan, None
+        return None, None
+
+    def background(self, scan: str | None, scene_id: str | None) -> tuple[Background | None, str]:
+        if scene_id is None or self.scenes_dir is None:
+            return None, ""
+        glb = self.scenes_dir / scene_id
+        if glb not in self.scene_cache:
+            layout = load_layout(glb)
+            if layout is None:
+                self.scene_cache[glb] = None
+            else:
+                name = f"{safe_name(scan or glb.stem)}.png"
+                (self.out / "scenes").mkdir(parents=True, exist_ok=True)
+                self.scene_cache[glb] = plan_background(layout, self.out / "scenes" / name, f"../scenes/{quote(name)}", self.settings)
+        bg = self.scene_cache[glb]
+        return bg, ("Scene plan of the generated house (rooms, labelled objects)." if bg is not None else "")
+
+    def tasks(self) -> list[TourTask]:
+        run, out = self.run, []
+        tour_info = run.tours or {}
+        ids = sorted(self.agent, key=_tour_key)
+        maps_dir = run.folder("maps") if run.folder("maps").is_dir() else None
+        frames_dir = run.folder("frames") if run.folder("frames").is_dir() else None
+        videos_dir = run.folder("videos") if run.folder("videos").is_dir() else None
+        missing_targets = [t for t in ids if self.targets and t not in self.targets]
+        if missing_targets:
+            self.notes.append(f"{len(missing_targets)} tour(s) have no target path in the split (e.g. {missing_targets[:5]})")
+        for k, tid in enumerate(ids):
+            agent = self.agent[tid]
+            scan, scene_id = self.tour_scan(tid)
+            bg, caption = self.background(scan, scene_id)
+            goals, refs, instr = {}, {}, {}
+            if self.episodes is not None:
+                for eid in agent.episode_ids:
+                    if eid in self.episodes:
+                        e = self.episodes[eid]
+                        goals[eid] = np.asarray(e.goal_position, dtype=float)
+                        refs[eid] = np.asarray(e.reference_path, dtype=float)
+                        instr[eid] = e.instruction_text
+            summary = tour_info.get(tid)
+            tele = (summary or {}).get("teleports") if isinstance((summary or {}).get("teleports"), dict) else {}
+            out.append(TourTask(
+                out=self.out, run_dir=run.name, label=run.label, split=run.split, tour_id=tid, scan=scan,
+                prev=quote(f"tour_{safe_name(ids[k - 1])}.html") if k > 0 else None,
+                next=quote(f"tour_{safe_name(ids[k + 1])}.html") if k + 1 < len(ids) else None,
+                agent=agent, target=self.targets.get(tid), metrics=self.all_stats.get(tid, {}), summary=summary,
+                teleports=tele or {}, instructions=instr, goals=goals, references=refs, background=bg, background_caption=caption,
+                maps_dir=maps_dir, frames_dir=frames_dir, videos_dir=videos_dir, d_th=self.d_th, settings=self.settings, notes=[],
+            ))
+        return out
+
+
+def _run_summary(run: Run, tours: list[dict], notes: list[str]) -> dict:
+    stats = {k: v for k, v in run.stats.items() if k != "config"}
+    bars = [(t["tour_id"], None if t["tndtw"] is None or not math.isfinite(t["tndtw"]) else 100 * t["tndtw"], t["page"],
+             f'tour {t["tour_id"]}: t-nDTW {pages.num(None if t["tndtw"] is None else 100 * t["tndtw"])}, {t["episodes"]} episodes') for t in tours]
+    return {
+        "name": run.name,
+        "label": run.label,
+        "split": run.split,
+        "stats": stats,
+        "row": run.row(),
+        "fingerprint": run.fingerprint,
+        "leaderboard_valid": run.leaderboard_valid,
+        "leaderboard_note": run.leaderboard_note,
+        "manifest": run.manifest,
+        "notes": [str(n) for n in (run.stats.get("notes") or [])] + notes,
+        "bars_svg": bar_chart_svg(f"tndtw-bars-{run.name}", bars),
+        "tours": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tours],
+    }
+
+
+def build_report(
+    results: str | Path,
+    out: str | Path | None = None,
+    label: str | None = None,
+    split: str | None = None,
+    data_root: str | Path | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    settings: ImageSettings | None = None,
+) -> Report:
+    """Write the static report of every run in ``results`` (or the one ``label``/``split``)."""
+    t0 = time.perf_counter()
+    settings = settings or ImageSettings()
+    results = Path(results)
+    runs = find_runs(results, label, split)
+    out = Path(out) if out is not None else results / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "assets").mkdir(exist_ok=True)
+    (out / "assets" / "report.css").write_text(assets.CSS, encoding="utf-8")
+    (out / "assets" / "report.js").write_text(assets.JS, encoding="utf-8")
+
+    scene_cache: dict = {}
+    inputs = [_RunInputs(r, data_root, out, settings, scene_cache) for r in runs]
+    tasks = [(i, t) for i, inp in enumerate(inputs) for t in inp.tasks()]
+    n_workers = max(1, min(workers or (os.cpu_count() or 1), len(tasks), 8))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks), desc="report", unit="tour", disable=None)
+    done: dict[int, list[dict]] = {i: [] for i in range(len(inputs))}
+    try:
+        if n_workers == 1:
+            for i, t in tasks:
+                done[i].append(render_tour(t))
+                if bar:
+                    bar.update()
+        else:
+            with ProcessPoolExecutor(n_workers) as pool:
+                futures = {pool.submit(render_tour, t): i for i, t in tasks}
+                for f in as_completed(futures):
+                    done[futures[f]].append(f.result())
+                    if bar:
+                        bar.update()
+    finally:
+        if bar:
+            bar.close()
+
+    summaries = []
+    page_paths, n_images, n_eps = [], 0, 0
+    for i, inp in enumerate(inputs):
+        tours = sorted(done[i], key=lambda t: _tour_key(t["tour_id"]))
+        page_paths += [Path(t["_path"]) for t in tours]
+        n_images += sum(t["_images"] for t in tours)
+        n_eps += sum(t["episodes"] for t in tours)
+        summaries.append(_run_summary(inp.run, tours, inp.notes))
+    title = f"ivln-ce report: {results.resolve().name}"
+    index = out / "index.html"
+    index.write_text(pages.index_page(title, summaries, str(results)), encoding="utf-8")
+    return Report(out, index, page_paths, [r.name for r in runs], n_eps, n_images, time.perf_counter() - t0,
+                  [n for inp in inputs for n in inp.notes])

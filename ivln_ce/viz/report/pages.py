@@ -1,0 +1,219 @@
+"""HTML of the report's pages: the run index and one page per tour.
+
+Every page embeds its numbers as JSON (``<script type="application/json">``): the script
+draws the episode view from it, and tests read it back to compare with the results files.
+Markup is written here with ``html.escape``; no template engine, no external resources.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from typing import Any
+
+from ivln_ce.viz.runs import COLUMNS, EPISODE_COLUMNS
+
+
+def clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN and infinities become null (JSON.parse rejects them)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def json_script(element_id: str, data: Any) -> str:
+    text = json.dumps(clean(data), separators=(",", ":"), allow_nan=False)
+    text = text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def num(v: float | None, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return f"{v:.{digits}f}"
+
+
+def pct(v: float | None) -> str:
+    """A fraction shown x 100, or n/a."""
+    return num(None if v is None else 100 * v)
+
+
+def td(v: float | None, digits: int = 2, cls: str = "") -> str:
+    dv = "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f' data-v="{v:.10g}"'
+    c = f' class="{cls}"' if cls else ""
+    return f"<td{c}{dv}>{num(v, digits)}</td>"
+
+
+def badge(valid: bool | None, note: str | None = None) -> str:
+    title = f' title="{escape(note)}"' if note else ""
+    if valid is None:
+        return f'<span class="badge na"{title}>n/a</span>'
+    return f'<span class="badge ok"{title}>valid</span>' if valid else f'<span class="badge no"{title}>analysis only</span>'
+
+
+def document(title: str, body: str, assets: str, nav: str = "") -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{escape(title)}</title><link rel=\"stylesheet\" href=\"{assets}/report.css\"></head>"
+        f"<body><header class=\"top\"><h1>{escape(title)}</h1><nav>{nav}</nav></header><main>{body}</main>"
+        f"<script src=\"{assets}/report.js\"></script></body></html>\n"
+    )
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _flat(d: Any, prefix: str = "", out: list | None = None, limit: int = 60) -> list[tuple[str, str]]:
+    out = [] if out is None else out
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if len(out) >= limit:
+                break
+            _flat(v, f"{prefix}{k}.", out, limit)
+    else:
+        text = json.dumps(d) if isinstance(d, (list, bool)) or d is None else str(d)
+        out.append((prefix.rstrip("."), text if len(text) < 160 else text[:157] + "..."))
+    return out
+
+
+def index_page(title: str, runs: list[dict], results: str) -> str:
+    """``runs``: one dict per run (see ``builder._run_summary``)."""
+    head = "".join(f'<th data-col="{escape(h)}">{escape(h)}</th>' for h, _, _ in COLUMNS)
+    rows = []
+    for r in runs:
+        cells = "".join(td(r["row"].get(h)) for h, _, _ in COLUMNS)
+        fp = r["fingerprint"]
+        fp_cell = f'<code title="{escape(fp)}">{escape(fp[:12])}</code>' if fp else '<span class="muted">n/a</span>'
+        rows.append(
+            f'<tr data-run="{escape(r["name"])}"><td class="l"><a href="#run-{escape(r["name"])}">{escape(r["label"])}</a></td>'
+            f'<td class="l">{escape(r["split"])}</td>{td(r["stats"].get("num_tours"), 0)}{td(r["stats"].get("num_episodes"), 0)}'
+            f'{cells}{td(None if r["stats"].get("tndtw_paper") is None else 100 * r["stats"]["tndtw_paper"])}'
+            f'<td class="l">{fp_cell}</td><td class="l" data-v="{"" if r["leaderboard_valid"] is None else int(r["leaderboard_valid"])}">'
+            f'{badge(r["leaderboard_valid"], r["leaderboard_note"])}</td></tr>'
+        )
+    body = [
+        f'<p class="muted">Results folder <code>{escape(results)}</code>. TL and NE in metres; OS, nDTW, SR, SPL and '
+        't-nDTW &times; 100 (t-nDTW: the variant the run was configured with, official by default; paper: Eq. 1&ndash;2 '
+        'of the paper). Click a header to sort.</p>',
+        '<div class="scroll"><table id="metrics" class="data sortable"><thead><tr><th class="l">run</th><th class="l">split</th>'
+        f'<th>tours</th><th>episodes</th>{head}<th>t-nDTW (paper)</th><th class="l">fingerprint</th><th class="l">leaderboard</th>'
+        f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>',
+    ]
+    for r in runs:
+        body.append(_run_section(r))
+    body.append(json_script("report-data", {"runs": [{k: r[k] for k in ("label", "split", "stats", "row", "fingerprint", "leaderboard_valid", "tours")} for r in runs]}))
+    return document(title, "".join(body), "assets")
+
+
+def _run_section(r: dict) -> str:
+    name = escape(r["name"])
+    tours = r["tours"]
+    kv = [
+        ("label / split", f'{escape(r["label"])} / {escape(r["split"])}'),
+        ("config fingerprint", f'<code>{escape(r["fingerprint"])}</code>' if r["fingerprint"] else '<span class="muted">n/a</span>'),
+        ("leaderboard", badge(r["leaderboard_valid"], r["leaderboard_note"]) + (f' <span class="muted">{escape(r["leaderboard_note"])}</span>' if r["leaderboard_note"] else "")),
+        ("t-nDTW", f'{pct(r["stats"].get("tndtw_official", r["stats"].get("tndtw")))} (official), '
+                   f'{pct(r["stats"].get("tndtw_paper"))} (paper)'),
+        ("teleports", num(r["stats"].get("teleports"), 0)),
+        ("partial", "yes" if r["stats"].get("partial") else "no"),
+    ]
+    parts = [f'<section class="run" id="run-{name}"><h2>{escape(r["label"])} &middot; {escape(r["split"])}</h2><dl class="kv">']
+    parts += [f"<dt>{k}</dt><dd>{v}</dd>" for k, v in kv]
+    parts.append("</dl>")
+    if r.get("manifest"):
+        items = "".join(f"<dt>{escape(k)}</dt><dd><code>{escape(v)}</code></dd>" for k, v in _flat(r["manifest"]))
+        parts.append(f'<details><summary>manifest</summary><dl class="kv">{items}</dl></details>')
+    for note in r.get("notes", []):
+        parts.append(f'<p class="note">{escape(note)}</p>')
+    parts.append('<h3>t-nDTW per tour</h3><div class="scroll">' + r["bars_svg"] + "</div>")
+    rows = []
+    for t in tours:
+        rows.append(
+            f'<tr><td class="l" data-v="{escape(t["tour_id"])}"><a href="{escape(t["page"])}">tour {escape(t["tour_id"])}</a></td>'
+            f'<td class="l">{escape(t["scan"] or "")}</td>{td(t["episodes"], 0)}{td(None if t["tndtw"] is None else 100 * t["tndtw"])}'
+            f'{td(None if t["tndtw_paper"] is None else 100 * t["tndtw_paper"])}{td(t["weight"], 0)}'
+            f'{td(None if t["success"] is None else 100 * t["success"])}{td(t["teleports"], 0)}</tr>'
+        )
+    parts.append(
+        f'<h3>Tours</h3><table id="tours-{name}" class="data sortable tours"><thead><tr><th class="l">tour</th><th class="l">scene</th>'
+        '<th>episodes</th><th>t-nDTW</th><th>t-nDTW (paper)</th><th>weight</th><th>SR</th><th>teleports</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table></section>'
+    )
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- tour page
+
+
+def tour_page(ctx: dict) -> str:
+    """``ctx`` from ``builder.render_tour``: ids, links, drawings, episodes and notes."""
+    s = ctx["summary"] or {}
+    al = ctx["alignment"]
+    nav = (f'<a href="../index.html">index</a><a href="../index.html#run-{escape(ctx["run"])}">{escape(ctx["label"])} &middot; {escape(ctx["split"])}</a>'
+           + (f'<a href="{escape(ctx["prev"])}">&larr; previous tour</a>' if ctx["prev"] else "")
+           + (f'<a href="{escape(ctx["next"])}">next tour &rarr;</a>' if ctx["next"] else ""))
+    kv = [
+        ("scene", escape(ctx["scan"] or "n/a")),
+        ("episodes", str(len(ctx["episodes"]))),
+        ("t-nDTW (official)", pct(s.get("tndtw_official", s.get("tndtw")))),
+        ("t-nDTW (paper)", pct(s.get("tndtw_paper"))),
+        ("weight", num(s.get("weight"), 0)),
+        ("teleports", num(ctx["teleports"], 0)),
+    ]
+    if al:
+        kv.append(("official DTW", f'{al["dtw"]:.3f} over m = {al["m"]} target points: exp(&minus;DTW / (m &middot; {al["d_th"]:g})) = '
+                                  f'{num(100 * al["tndtw"])}' + (" (window infeasible: unpinned blocks)" if al["fallback"] else "")))
+    parts = ['<dl class="kv">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in kv) + "</dl>"]
+    for note in ctx["notes"]:
+        parts.append(f'<p class="note">{escape(note)}</p>')
+    legend_plan = ('<div class="legend"><span><i class="target"></i>target path</span><span><i></i>agent path</span>'
+                   '<span><i class="oracle"></i>oracle walks</span><span>red ring: goal (numbered by episode)</span>'
+                   '<span>colours: episodes</span></div>')
+    legend_al = ('<div class="legend"><span><i class="ga"></i>agent path (de-duplicated, agent phase)</span>'
+                 '<span><i class="gt"></i>target path (agent phase)</span><span><i class="pairs"></i>matched pairs (official warping path)</span></div>')
+    figs = [f'<figure><h2>Tour plan</h2>{legend_plan}{ctx["plan_svg"]}<figcaption>{escape(ctx["plan_caption"])}</figcaption></figure>']
+    if ctx["alignment_svg"]:
+        figs.append(f'<figure><h2>DTW alignment</h2>{legend_al}{ctx["alignment_svg"]}<figcaption>Every agent point matched to target '
+                    'points by the official t-nDTW warping path (boundary columns pinned per episode); long lines show where the agent '
+                    'strayed.</figcaption></figure>')
+    parts.append(f'<div class="figs">{"".join(figs)}</div>')
+    k = len(ctx["episodes"])
+    parts.append(
+        '<section id="episode-view"><div class="stepper">'
+        '<button id="ep-prev" type="button" aria-label="previous episode">&#9664;</button>'
+        f'<input type="range" id="episode-slider" min="0" max="{max(k - 1, 0)}" value="0" step="1" aria-label="episode">'
+        '<button id="ep-next" type="button" aria-label="next episode">&#9654;</button>'
+        f'<span>episode <b id="ep-index">1</b> / {k}: <code id="ep-id"></code></span>'
+        '<label><input type="checkbox" id="focus" checked> highlight this episode</label>'
+        f'<label><input type="checkbox" id="zoom"{" checked" if k > 12 else ""}> zoom to it</label></div>'
+        '<p id="ep-instruction"></p><div id="ep-metrics"></div><div class="gallery">'
+        '<figure id="fig-ego" hidden><img id="img-ego" alt="egocentric map"><figcaption>egocentric map at the episode&rsquo;s end</figcaption></figure>'
+        '<figure id="fig-allo" hidden><img id="img-allo" alt="allocentric map memory"><figcaption>allocentric memory: agent (blue), reference (green), goal (red)</figcaption></figure>'
+        '<figure id="fig-first" hidden><img id="img-first" class="photo" alt="first RGB frame"><figcaption>first RGB frame</figcaption></figure>'
+        '<figure id="fig-last" hidden><img id="img-last" class="photo" alt="last RGB frame"><figcaption>last RGB frame</figcaption></figure>'
+        '<figure id="fig-video" hidden><video id="ep-video" controls preload="metadata"></video>'
+        '<figcaption>RGB | depth | egocentric map | top-down &middot; <a id="ep-video-link" href="#">open the video</a></figcaption></figure>'
+        '</div><p id="ep-missing" class="note" hidden></p></section>'
+    )
+    head = "".join(f"<th>{escape(h)}</th>" for h, _, _ in EPISODE_COLUMNS)
+    rows = []
+    for ep in ctx["episodes"]:
+        m = ep["metrics"] or {}
+        cells = "".join(td(None if m.get(key) is None else m[key] * sc, 0 if h == "steps" else 2) for h, key, sc in EPISODE_COLUMNS)
+        b = ep["block"] or {}
+        rows.append(f'<tr data-ep="{ep["index"]}"><td data-v="{ep["index"] + 1}">{ep["index"] + 1}</td><td class="l">{escape(ep["id"])}</td>'
+                    f'{cells}{td(b.get("dtw"))}{td(b.get("n"), 0)}{td(b.get("m"), 0)}{td(ep["teleports"], 0)}</tr>')
+    parts.append(
+        '<h2>Episodes</h2><div class="scroll"><table id="episodes" class="data sortable episodes"><thead><tr><th>#</th><th class="l">episode</th>'
+        f'{head}<th>DTW (block)</th><th>agent pts</th><th>target pts</th><th>teleports</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    )
+    data = {k2: ctx[k2] for k2 in ("label", "split", "tour_id", "scan", "summary", "alignment", "episodes")}
+    data["episode_columns"] = [list(c) for c in EPISODE_COLUMNS]
+    parts.append(json_script("tour-data", data))
+    return document(f'{ctx["label"]} \u00b7 {ctx["split"]} \u00b7 tour {ctx["tour_id"]}', "".join(parts), "../assets", nav)

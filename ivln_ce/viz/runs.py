@@ -1,0 +1,193 @@
+"""Evaluation results folders as the report and the tables read them (SPEC §10.2 file names).
+
+A folder written by ``ivln-ce eval`` may hold several runs, one per (label, split): the
+label is ``eval.label`` or the agent name. A run is found by its stats file
+``iterative_stats_ckpt_{label}_{split}.json``; the split comes from the file's ``split`` field
+(labels and splits both contain underscores, so the name alone is ambiguous). Optional
+files (manifest, per-tour summaries, map records, frames, videos) may be absent: the readers
+return None and the viewers show "n/a".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+STATS_PREFIX = "iterative_stats_ckpt_"
+KNOWN_SPLITS = ("val_unseen", "val_seen", "train", "test", "envdrop")
+
+#: the paper's results columns: (header, stats key, scale); TL and NE in metres, the rest x 100
+COLUMNS: tuple[tuple[str, str, float], ...] = (
+    ("TL", "path_length", 1.0),
+    ("NE", "distance_to_goal", 1.0),
+    ("OS", "oracle_success", 100.0),
+    ("nDTW", "ndtw", 100.0),
+    ("SR", "success", 100.0),
+    ("SPL", "spl", 100.0),
+    ("t-nDTW", "tndtw", 100.0),
+)
+#: per-episode columns of the tour pages (same scaling)
+EPISODE_COLUMNS = COLUMNS[:6] + (("steps", "steps_taken", 1.0),)
+
+
+def file_component(identifier: str) -> str:
+    """The evaluator's file-name form of a label, split, tour or episode id (letters, digits,
+    '-' and '_' pass, everything else is percent-encoded as UTF-8), so files are found under the
+    names it wrote; the result can never be ``..`` or contain a separator."""
+    return quote(str(identifier), safe="-_").replace(".", "%2E").replace("~", "%7E")
+
+
+class ResultsError(ValueError):
+    """A results folder lacks what was asked of it; the message names the folder and the file."""
+
+
+def column_value(stats: dict, key: str, scale: float) -> float | None:
+    v = stats.get(key)
+    if v is None or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return float(v) * scale
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from exc
+
+
+@dataclass
+class Run:
+    """One evaluation (label, split) inside a results folder."""
+
+    results: Path
+    label: str
+    split: str
+    _stats: dict | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``{label}_{split}`` as it appears in the run's file names."""
+        return f"{file_component(self.label)}_{file_component(self.split)}"
+
+    def output(self, kind: str) -> Path:
+        return self.results / f"{kind}_ckpt_{self.name}.json"
+
+    def folder(self, kind: str) -> Path:
+        """``tours``, ``maps``, ``frames`` or ``videos`` folder of this run."""
+        return self.results / f"{kind}_{self.name}"
+
+    @property
+    def stats(self) -> dict:
+        if self._stats is None:
+            self._stats = _read(self.output("iterative_stats"))
+        return self._stats
+
+    @property
+    def config(self) -> dict:
+        return self.stats.get("config") or {}
+
+    @cached_property
+    def manifest(self) -> dict | None:
+        f = self.output("manifest")
+        return _read(f) if f.exists() else None
+
+    @cached_property
+    def tours(self) -> dict | None:
+        f = self.output("tours")
+        return _read(f) if f.exists() else None
+
+    def _field(self, *keys: str) -> Any:
+        for source in (self.stats, self.manifest or {}):
+            for k in keys:
+                if source.get(k) is not None:
+                    return source[k]
+        return None
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The config fingerprint (stats file first, then the manifest); None when absent."""
+        fp = self._field("fingerprint", "config_fingerprint")
+        if isinstance(fp, dict):
+            fp = fp.get("core") or fp.get("value") or fp.get("sha256") or fp.get("hash") or json.dumps(fp, sort_keys=True)
+        return None if fp is None else str(fp)
+
+    @property
+    def leaderboard_valid(self) -> bool | None:
+        v = self._field("leaderboard_valid")
+        if v is None:
+            lb = self._field("leaderboard")
+            if isinstance(lb, dict):
+                v = lb.get("valid")
+            elif isinstance(lb, bool):
+                v = lb
+        return None if v is None else bool(v)
+
+    @property
+    def leaderboard_note(self) -> str | None:
+        """Why a run is analysis-only, when the files say."""
+        for k in ("analysis_only_because", "leaderboard_reason", "leaderboard_reasons", "analysis_only"):
+            v = self._field(k)
+            if v:
+                return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+        lb = self._field("leaderboard")
+        if isinstance(lb, dict):
+            r = lb.get("reason") or lb.get("reasons")
+            if r:
+                return ", ".join(map(str, r)) if isinstance(r, list) else str(r)
+        return None
+
+    def row(self) -> dict[str, float | None]:
+        """The paper's columns of this run (TL, NE in metres; the rest x 100); None = not computed."""
+        return {h: column_value(self.stats, k, s) for h, k, s in COLUMNS}
+
+    def require(self, *kinds: str) -> None:
+        missing = [self.output(k).name for k in kinds if not self.output(k).exists()]
+        if missing:
+            raise ResultsError(
+                f"{self.results}: run {self.label!r} on {self.split!r} is missing {', '.join(missing)} "
+                "(written by `ivln-ce eval` when the evaluation finishes; an interrupted run resumes with the same command)"
+            )
+
+
+def _label_split(path: Path, stats: dict) -> tuple[str, str]:
+    """(label, split) of a stats file: the split from its ``split`` field (or a known split
+    name at the end of the file name), the label from the rest of the name."""
+    stem = path.name[len(STATS_PREFIX) : -len(".json")]
+    candidates = [stats["split"]] if isinstance(stats.get("split"), str) else []
+    for split in candidates + list(KNOWN_SPLITS):
+        tail = "_" + file_component(split)
+        if stem.endswith(tail) and len(stem) > len(tail):
+            file_label = stem[: -len(tail)]
+            label = stats.get("label") if isinstance(stats.get("label"), str) and file_component(stats["label"]) == file_label else unquote(file_label)
+            return label, split
+    raise ResultsError(f"{path}: cannot tell the split (no 'split' field matching the name, and the name does not end in one of {KNOWN_SPLITS})")
+
+
+def find_runs(results: str | Path, label: str | None = None, split: str | None = None) -> list[Run]:
+    """Every run in ``results`` (optionally one label and/or split), sorted by split then label."""
+    results = Path(results)
+    if not results.is_dir():
+        raise ResultsError(f"{results}: no such folder (expected the results_dir of an `ivln-ce eval` run)")
+    runs = []
+    for f in sorted(results.glob(f"{STATS_PREFIX}*.json")):
+        stats = _read(f)
+        if not isinstance(stats, dict):
+            raise ResultsError(f"{f}: expected a JSON object of metrics")
+        lab, s = _label_split(f, stats)
+        runs.append(Run(results, lab, s, stats))
+    if not runs:
+        present = sorted(p.name for p in results.iterdir())[:12]
+        raise ResultsError(
+            f"{results}: no evaluation results (no {STATS_PREFIX}<label>_<split>.json; the folder holds "
+            f"{present or 'nothing'}). Point --results at the results_dir of `ivln-ce eval`."
+        )
+    chosen = [r for r in runs if (label is None or r.label == label) and (split is None or r.split == split)]
+    if not chosen:
+        have = ", ".join(f"{r.label}/{r.split}" for r in runs)
+        raise ResultsError(f"{results}: no run with label={label!r} split={split!r}; the folder has (label/split): {have}")
+    return sorted(chosen, key=lambda r: (r.split, r.label))

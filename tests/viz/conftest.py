@@ -1,0 +1,46 @@
+"""A tiny-benchmark evaluation with map records, shared by the report tests."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+MAP_SENSORS = ("simulator.sensors=[depth,semantic]", "simulator.depth.width=64", "simulator.depth.height=64",
+               "simulator.semantic.width=64", "simulator.semantic.height=64")
+
+
+def eval_cfg(data, results, *extra):
+    from ivln_ce.config import load_config
+
+    return load_config(None, [f"data.root={data}", "data.split=val_unseen", f"results_dir={results}", *extra])
+
+
+@pytest.fixture(scope="session")
+def evaluated(tiny_benchmark, tmp_path_factory) -> Path:
+    """Oracle and random agents on the tiny benchmark's val_unseen, maps recorded, in one folder;
+    plus first/last frames for two episodes and a video for one (fabricated here: the report
+    must show them when present and cope when absent)."""
+    pytest.importorskip("torch", reason="the mapper that records maps runs on torch")
+    from ivln_ce.data.targets import load_agent_paths
+    from ivln_ce.evaluation.evaluator import evaluate
+    from ivln_ce.viz.video import EpisodeVideo
+
+    results = tmp_path_factory.mktemp("evaluated")
+    for agent in ("oracle", "random"):
+        evaluate(eval_cfg(tiny_benchmark, results, f"eval.agent={agent}", "mapping.save_images=true", *MAP_SENSORS))
+    paths = load_agent_paths(results / "dtw_data_ckpt_random_val_unseen.json")
+    tour = min(paths, key=int)
+    first, second = paths[tour].episode_ids[:2]
+    rng = np.random.default_rng(0)
+    frames = results / "frames_random_val_unseen" / tour
+    frames.mkdir(parents=True)
+    import cv2
+
+    for eid in (first, second):
+        for which in ("first", "last"):
+            img = (rng.random((224, 224, 3)) * 255).astype(np.uint8)
+            cv2.imwrite(str(frames / f"{eid}_{which}.jpg"), img)
+    with EpisodeVideo(results / "videos_random_val_unseen" / tour / f"{second}.mp4", fps=5, tile=96) as video:
+        for k in range(8):
+            video.add(np.full((64, 64, 3), 30 * k, np.uint8), np.full((64, 64), k / 8.0))
+    return results

@@ -1,0 +1,83 @@
+"""Training curves from real TensorBoard event files written with torch's SummaryWriter."""
+
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from ivln_ce.cli import main
+from ivln_ce.viz.curves import plot_curves, read_scalars
+from ivln_ce.viz.runs import ResultsError
+
+tb = pytest.importorskip("torch.utils.tensorboard", reason="torch's SummaryWriter writes the test's event files")
+
+
+def write_run(folder, scale=1.0, steps=range(1, 21), checkpoints=(1, 2, 3)):
+    with tb.SummaryWriter(str(folder)) as w:
+        for s in steps:
+            w.add_scalar("train/loss", scale * 2.0 / s, s)
+            w.add_scalar("train/action_loss", scale * 1.5 / s, s)
+            w.add_scalar("train/progress_loss", scale * 0.5 / s, s)
+            w.add_scalar("train/action_accuracy", 1 - 0.5 / s, s)
+            w.add_scalar("train/beta", 0.75 ** (s // 5), s)
+            w.add_scalar("train/steps_per_s", 100.0, s)
+        for c in checkpoints:
+            w.add_scalar("eval_val_unseen_tndtw", 0.2 + 0.05 * c, c)
+            w.add_scalar("eval_val_unseen_success", 0.1 * c, c)
+
+
+def test_read_scalars_returns_every_logged_value(tmp_path):
+    write_run(tmp_path / "a")
+    s = read_scalars(tmp_path / "a")
+    assert {"train/loss", "train/beta", "train/action_accuracy", "eval_val_unseen_tndtw", "eval_val_unseen_success"} <= set(s)
+    assert [p[0] for p in s["train/loss"]] == list(range(1, 21))
+    assert s["train/loss"][3][1] == pytest.approx(0.5, rel=1e-6)
+    assert s["eval_val_unseen_tndtw"] == [(1, pytest.approx(0.25)), (2, pytest.approx(0.3)), (3, pytest.approx(0.35))]
+
+
+def test_a_resumed_run_in_a_second_event_file_overrides_repeated_steps(tmp_path):
+    write_run(tmp_path / "r", steps=range(1, 11), checkpoints=(1,))
+    time.sleep(1.1)  # event file names carry the creation second
+    write_run(tmp_path / "r", scale=10.0, steps=range(8, 13), checkpoints=(2,))
+    s = read_scalars(tmp_path / "r")
+    loss = dict(s["train/loss"])
+    assert sorted(loss) == list(range(1, 13))
+    assert loss[5] == pytest.approx(2.0 / 5) and loss[9] == pytest.approx(20.0 / 9)
+    assert [p[0] for p in s["eval_val_unseen_tndtw"]] == [1, 2]
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_plot_writes_a_figure_of_all_runs(tmp_path, suffix):
+    write_run(tmp_path / "seed1")
+    write_run(tmp_path / "seed2", scale=1.3, checkpoints=(1, 2))
+    out = plot_curves([tmp_path / "seed1", tmp_path / "seed2"], tmp_path / f"curves{suffix}")
+    assert out.exists() and out.stat().st_size > 5000
+    if suffix == ".png":
+        img = cv2.imread(str(out))
+        assert img.shape[0] > 500 and img.std() > 10
+    else:
+        text = out.read_text()
+        assert "seed1" in text and "seed2" in text and "validation t-nDTW" in text
+
+
+def test_cli_and_errors(tmp_path, capsys):
+    write_run(tmp_path / "run")
+    assert main(["viz", "curves", str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run" / "curves.png").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultsError, match="no TensorBoard event files"):
+        read_scalars(tmp_path / "empty")
+    assert main(["viz", "curves", str(tmp_path / "nope"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "no such training folder" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"\.png or \.svg"):
+        plot_curves([tmp_path / "run"], tmp_path / "x.pdf")
+
+
+def test_a_panel_without_data_says_so(tmp_path):
+    with tb.SummaryWriter(str(tmp_path / "only_loss")) as w:
+        for s in range(1, 4):
+            w.add_scalar("train/loss", 1.0 / s, s)
+    out = plot_curves([tmp_path / "only_loss"], tmp_path / "c.svg")
+    assert out.read_text().count("no data logged") == 3
+    assert np.isfinite(read_scalars(tmp_path / "only_loss")["train/loss"][0][1])

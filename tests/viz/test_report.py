@@ -1,0 +1,219 @@
+"""The static report: files, embedded numbers against the results files, missing inputs, errors."""
+
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from ivln_ce.cli import main
+from ivln_ce.data.targets import iter_target_paths, load_agent_paths
+from ivln_ce.metrics.tour import tour_ndtw_official
+from ivln_ce.viz.report import build_report
+from ivln_ce.viz.runs import COLUMNS, ResultsError, find_runs
+
+
+class _Collect(HTMLParser):
+    """Embedded JSON blocks, every src/href, and element ids of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.json, self.links, self.ids, self._script = {}, [], set(), None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "script" and a.get("type") == "application/json":
+            self._script = a["id"]
+        for k in ("src", "href"):
+            if a.get(k):
+                self.links.append(a[k])
+
+    def handle_data(self, data):
+        if self._script:
+            self.json[self._script] = self.json.get(self._script, "") + data
+
+    def handle_endtag(self, tag):
+        if tag == "script" and self._script:
+            self.json[self._script] = json.loads(self.json[self._script])
+            self._script = None
+
+
+def parse(page: Path) -> _Collect:
+    p = _Collect()
+    p.feed(page.read_text(encoding="utf-8"))
+    return p
+
+
+def local_links_resolve(page: Path, links: list[str]) -> None:
+    for link in links:
+        assert not re.match(r"^[a-z]+:", link), f"{page.name}: external or absolute link {link!r}"
+        target = link.split("#")[0]
+        if target:
+            assert (page.parent / unquote(target)).exists(), f"{page.name}: broken link {link!r}"
+
+
+@pytest.fixture(scope="module")
+def report(evaluated):
+    return build_report(evaluated, progress=False, workers=2)
+
+
+def test_report_files_and_numbers_equal_the_results_files(evaluated, tiny_benchmark, report):
+    assert report.index == evaluated / "report" / "index.html"
+    assert sorted(report.runs) == ["oracle_val_unseen", "random_val_unseen"]
+    index = parse(report.index)
+    assert {"metrics", "tndtw-bars-oracle_val_unseen", "tndtw-bars-random_val_unseen"} <= index.ids
+    local_links_resolve(report.index, index.links)
+    data = index.json["report-data"]
+    targets = dict(iter_target_paths(tiny_benchmark / "gt_ndtw.json", "val_unseen"))
+    n_pages = 0
+    for run in data["runs"]:
+        name = f"{run['label']}_{run['split']}"
+        stats = json.loads((evaluated / f"iterative_stats_ckpt_{name}.json").read_text())
+        stats.pop("config")
+        assert run["stats"] == stats
+        for header, key, scale in COLUMNS:
+            assert run["row"][header] == pytest.approx(scale * stats[key], abs=1e-12)
+        assert run["fingerprint"] == stats.get("fingerprint")
+        assert run["leaderboard_valid"] == stats.get("leaderboard_valid")
+        tours_file = json.loads((evaluated / f"tours_ckpt_{name}.json").read_text())
+        all_stats = json.loads((evaluated / f"iterative_all_stats_ckpt_{name}.json").read_text())
+        agent_paths = load_agent_paths(evaluated / f"dtw_data_ckpt_{name}.json")
+        assert [t["tour_id"] for t in run["tours"]] == sorted(agent_paths, key=int)
+        for t in run["tours"]:
+            tid = t["tour_id"]
+            assert t["tndtw"] == tours_file[tid]["tndtw"]
+            assert t["tndtw_paper"] == tours_file[tid]["tndtw_paper"]
+            page = report.index.parent / unquote(t["page"])
+            assert page.exists()
+            n_pages += 1
+            p = parse(page)
+            local_links_resolve(page, p.links)
+            assert {"plan", "alignment", "episode-slider", "episodes", "tour-data"} <= p.ids
+            tour = p.json["tour-data"]
+            assert tour["tour_id"] == tid and tour["summary"] == tours_file[tid]
+            agent = agent_paths[tid]
+            assert [e["id"] for e in tour["episodes"]] == agent.episode_ids
+            official = tour_ndtw_official(tid, agent, targets[tid])
+            assert tour["alignment"]["dtw"] == official.dtw  # the same kernel: bit-identical
+            assert tour["alignment"]["tndtw"] == pytest.approx(tours_file[tid]["tndtw"], abs=1e-12)
+            assert [e["block"]["n"] for e in tour["episodes"]] == official.agent_points
+            assert [e["block"]["m"] for e in tour["episodes"]] == official.target_points
+            html = page.read_text()
+            # one group per episode in both drawings, one pair path per episode in the alignment
+            assert html.count('<g class="ep"') == 2 * len(agent.episode_ids)
+            assert html.count('<path class="pairs"') == len(agent.episode_ids)
+            for e in tour["episodes"]:
+                assert e["metrics"] == all_stats[tid][e["id"]]
+                # maps were recorded for every episode: both map images exist and are PNGs
+                for key in ("ego", "allo"):
+                    f = page.parent / unquote(e["images"][key])
+                    assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and 500 < f.stat().st_size < 200_000
+    assert n_pages == len(report.pages) == 12
+    assert report.episodes == 72
+
+
+def test_frames_and_videos_appear_only_where_recorded(evaluated, report):
+    paths = load_agent_paths(evaluated / "dtw_data_ckpt_random_val_unseen.json")
+    tour = min(paths, key=int)
+    page = report.index.parent / "random_val_unseen" / f"tour_{tour}.html"
+    eps = parse(page).json["tour-data"]["episodes"]
+    assert set(eps[0]["images"]) == {"ego", "allo", "first", "last"} and eps[0]["video"] is None
+    assert eps[1]["video"] and (page.parent / unquote(eps[1]["video"])).exists()
+    assert all(set(e["images"]) == {"ego", "allo"} and e["video"] is None for e in eps[2:])
+    first = page.parent / unquote(eps[0]["images"]["first"])
+    import cv2
+
+    img = cv2.imread(str(first))
+    assert max(img.shape[:2]) <= 256  # recorded at 224; never upscaled
+    oracle = parse(report.index.parent / "oracle_val_unseen" / f"tour_{tour}.html").json["tour-data"]["episodes"]
+    assert all("first" not in e["images"] and e["video"] is None for e in oracle)
+
+
+def test_report_without_optional_inputs(evaluated, tmp_path):
+    """No maps, no per-tour summary, data moved away: pages still build and say what is missing."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for kind in ("iterative_stats", "iterative_all_stats", "dtw_data"):
+        shutil.copy(evaluated / f"{kind}_ckpt_random_val_unseen.json", bare)
+    stats = json.loads((bare / "iterative_stats_ckpt_random_val_unseen.json").read_text())
+    stats["config"]["data"] = {k: str(tmp_path / "moved" / Path(v).name) for k, v in stats["config"]["data"].items()}
+    (bare / "iterative_stats_ckpt_random_val_unseen.json").write_text(json.dumps(stats))
+    rep = build_report(bare, tmp_path / "out", progress=False, workers=1)
+    assert any("no target tour paths" in n for n in rep.notes) and any("no episode file" in n for n in rep.notes)
+    page = rep.pages[0]
+    p = parse(page)
+    assert "plan" in p.ids and "alignment" not in p.ids
+    tour = p.json["tour-data"]
+    assert tour["alignment"] is None and tour["summary"] is None
+    assert all(e["images"] == {} and e["block"] is None for e in tour["episodes"])
+    assert "neutral background" in page.read_text()
+    index = parse(rep.index)
+    assert index.json["report-data"]["runs"][0]["fingerprint"] == stats.get("fingerprint")
+    local_links_resolve(rep.index, index.links)
+
+
+def test_a_broken_map_record_is_named_and_skipped(evaluated, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(evaluated, copy, ignore=shutil.ignore_patterns("report", "*random*"))
+    broken = sorted((copy / "maps_oracle_val_unseen" / "0").glob("[0-9]*.npz"))[0]
+    broken.write_bytes(b"not a zip file")
+    rep = build_report(copy, progress=False, workers=1)
+    page = rep.index.parent / "oracle_val_unseen" / "tour_0.html"
+    tour = parse(page).json["tour-data"]
+    hit = [e for e in tour["episodes"] if e["id"] == broken.stem]
+    assert hit and hit[0]["images"] == {}
+    assert all(set(e["images"]) == {"ego", "allo"} for e in tour["episodes"] if e["id"] != broken.stem)
+    assert f"{broken.name} is unreadable" in page.read_text()
+
+
+def test_data_root_override_finds_moved_data(evaluated, tiny_benchmark, tmp_path):
+    moved = tmp_path / "moved_results"
+    moved.mkdir()
+    for kind in ("iterative_stats", "iterative_all_stats", "dtw_data", "tours"):
+        shutil.copy(evaluated / f"{kind}_ckpt_oracle_val_unseen.json", moved)
+    stats = json.loads((moved / "iterative_stats_ckpt_oracle_val_unseen.json").read_text())
+    old_root = stats["config"]["data"]["root"]
+    stats["config"]["data"] = {k: v.replace(old_root, "/nonexistent/data") for k, v in stats["config"]["data"].items()}
+    (moved / "iterative_stats_ckpt_oracle_val_unseen.json").write_text(json.dumps(stats))
+    assert main(["viz", "report", "--results", str(moved), "--data", str(tiny_benchmark), "--workers", "1"]) == 0
+    tour = parse(moved / "report" / "oracle_val_unseen" / "tour_0.html").json["tour-data"]
+    assert tour["alignment"]["tndtw"] == pytest.approx(1.0) and tour["episodes"][0]["instruction"]
+    assert (moved / "report" / "scenes").is_dir()
+
+
+def test_clear_errors_for_wrong_folders(evaluated, tmp_path, capsys):
+    with pytest.raises(ResultsError, match="no such folder"):
+        find_runs(tmp_path / "nope")
+    (tmp_path / "something.txt").write_text("x")
+    with pytest.raises(ResultsError, match=r"no evaluation results .*something\.txt"):
+        find_runs(tmp_path)
+    with pytest.raises(ResultsError, match="no run with label='policy'.*oracle/val_unseen"):
+        find_runs(evaluated, label="policy")
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    shutil.copy(evaluated / "iterative_stats_ckpt_oracle_val_unseen.json", partial)
+    with pytest.raises(ResultsError, match=r"missing iterative_all_stats_ckpt_oracle_val_unseen\.json, dtw_data_ckpt_oracle_val_unseen\.json"):
+        build_report(partial, progress=False)
+    assert main(["viz", "report", "--results", str(partial)]) == 2
+    assert "dtw_data_ckpt_oracle_val_unseen.json" in capsys.readouterr().err
+
+
+def test_labels_and_splits_with_underscores_are_told_apart(tmp_path):
+    (tmp_path / "iterative_stats_ckpt_map_cma_val_seen.json").write_text(json.dumps({"split": "val_seen", "label": "map_cma"}))
+    (tmp_path / "iterative_stats_ckpt_a%2Fb_val_unseen.json").write_text(json.dumps({"split": "val_unseen"}))
+    runs = {(r.label, r.split): r for r in find_runs(tmp_path)}
+    assert set(runs) == {("map_cma", "val_seen"), ("a/b", "val_unseen")}
+    assert runs[("a/b", "val_unseen")].output("dtw_data").name == "dtw_data_ckpt_a%2Fb_val_unseen.json"
+
+
+def test_file_names_match_the_evaluators_encoding():
+    recorders = pytest.importorskip("ivln_ce.evaluation.recorders", reason="the evaluator's recorders are not importable")
+    from ivln_ce.viz.runs import file_component
+
+    for ident in ("12", "val_unseen", "a/b", "x y%z", "../up", "é"):
+        assert file_component(ident) == recorders.safe_name(ident)
