@@ -65,16 +65,40 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ivln_ce.evaluation.evaluator import evaluate, summary_row
+    from ivln_ce.evaluation.evaluator import evaluate, format_summary
+    from ivln_ce.rollout.worker import WorkerCrashed
 
     cfg = load_config(args.config, args.overrides)
-    summary = evaluate(cfg)
+    try:
+        summary = evaluate(cfg)
+    except WorkerCrashed as exc:
+        print(f"ivln-ce eval: {exc}\nFinished tours are kept in {cfg.results_dir}; run the same command again to resume.",
+              file=sys.stderr)
+        return 1
     if summary is None:  # a non-zero torchrun rank
         return 0
-    row = summary_row(summary)
-    print(f"{summary['agent']} on {summary['split']}: {summary['num_tours']} tours, {summary['num_episodes']} episodes, "
-          f"{summary['teleports']} teleports -> {cfg.results_dir}")
-    print("  ".join(f"{k} {v:.2f}" for k, v in row.items()))
+    print(format_summary(summary, cfg.results_dir))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ivln_ce.rollout.worker import WorkerCrashed
+    from ivln_ce.training.trainer import TrainError, train
+
+    cfg = load_config(args.config, args.overrides)
+    try:
+        summary = train(cfg)
+    except WorkerCrashed as exc:
+        print(f"ivln-ce train: {exc}\nRun the same command again to resume from the last checkpointed phase.", file=sys.stderr)
+        return 1
+    except TrainError as exc:
+        raise UsageError(str(exc)) from exc
+    if summary is None:
+        return 0
+    print(f"{summary['policy']}: {summary['rounds']} round(s), {summary['optimizer_steps']} optimizer steps, "
+          f"{summary['episodes_collected']} episodes ({summary['steps_collected']} steps) collected"
+          + (" (stopped by train.max_steps)" if summary["stopped_by_max_steps"] else "")
+          + f" -> {cfg.train.out_dir} (checkpoints {', '.join(summary['checkpoints'][-3:]) or 'none'}; TensorBoard: tensorboard --logdir {cfg.train.out_dir}/tb)")
     return 0
 
 
@@ -130,12 +154,28 @@ def cmd_scene_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scene_file(scene: str) -> Path:
+    """A scene argument: a ``.glb`` file, or a folder holding exactly one."""
+    path = Path(scene)
+    if path.is_dir():
+        found = sorted(path.glob("*.glb")) or sorted(path.rglob("*.glb"))
+        if len(found) != 1:
+            what = "no .glb file" if not found else f"{len(found)} .glb files (e.g. {[str(f) for f in found[:3]]})"
+            raise UsageError(f"{path}: a folder with {what}; give the scene's .glb file")
+        return found[0]
+    if not path.exists():
+        raise UsageError(f"{path}: no such scene file")
+    if path.suffix != ".glb":
+        raise UsageError(f"{path}: expected a scene .glb file (with its .semantic.json beside it)")
+    return path
+
+
 def _scene_sim(scene: str, overrides: list[str]):
     from ivln_ce.sim.embedded import EmbeddedSimulator
 
     cfg = load_config(None, overrides).simulator
     sim = EmbeddedSimulator(cfg)
-    sim.load_scene(scene)
+    sim.load_scene(str(_scene_file(scene)))
     return sim
 
 
@@ -206,6 +246,8 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     from ivln_ce.data.tours import load_tours
 
     ds = load_episodes(args.episodes)
+    if len(ds) == 0:
+        raise DataFormatError(f"{args.episodes}: no episodes to summarise")
     split = args.split or Path(args.episodes).name.split(".")[0]
     stats = dataset_statistics(ds, load_tours(args.tours, split))
     if args.json:
@@ -237,6 +279,33 @@ def cmd_viz_maps(args: argparse.Namespace) -> int:
     if not written:
         raise UsageError(f"no map records under {args.results} (evaluate with mapping.save_images=true)")
     print(f"{len(written)} map images, e.g. {written[0]}")
+    return 0
+
+
+def cmd_viz_report(args: argparse.Namespace) -> int:
+    from ivln_ce.viz.report import build_report
+
+    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers)
+    for note in rep.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"report of {', '.join(rep.runs)}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
+          f"{rep.size_bytes / 1e6:.1f} MB in {rep.seconds:.1f} s\nopen {rep.index.resolve().as_uri()}")
+    return 0
+
+
+def cmd_viz_table(args: argparse.Namespace) -> int:
+    from ivln_ce.viz.table import format_table, results_table
+
+    rows = results_table(args.runs, split=args.split, label=args.label, ignore=args.ignore)
+    print(format_table(rows, args.format, digits=args.digits), end="")
+    return 0
+
+
+def cmd_viz_curves(args: argparse.Namespace) -> int:
+    from ivln_ce.viz.curves import plot_curves
+
+    out = Path(args.out) if args.out else Path(args.train_dirs[0]) / "curves.png"
+    print(f"wrote {plot_curves(args.train_dirs, out)}")
     return 0
 
 
@@ -322,14 +391,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_score)
 
     ev = sub.add_parser("eval", help="evaluate an agent on every tour of a split (resumable, parallel)")
-    ev.add_argument("--config", required=True, help="YAML config, e.g. configs/2_eval_iterative/reference_agents.yaml")
+    ev.add_argument("--config", required=True, action="append",
+                    help="YAML config, e.g. configs/2_eval_iterative/reference_agents.yaml; repeat to layer files "
+                         "(e.g. a recipe, then configs/profiles/official.yaml)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.agent=random eval.workers=2")
     ev.set_defaults(func=cmd_eval)
+
+    trn = sub.add_parser("train", help="teacher forcing / DAgger / tour-sequential training of a policy (resumable)")
+    trn.add_argument("--config", required=True, action="append",
+                     help="YAML recipe, e.g. configs/embedded/map_cma_iterative_gt.yaml; repeat to layer files")
+    trn.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.epochs=2 train.out_dir=results/x")
+    trn.set_defaults(func=cmd_train)
 
     c = sub.add_parser("config", help="inspect configs")
     csub = c.add_subparsers(dest="config_command", required=True)
     cs = csub.add_parser("show", help="print the fully resolved config")
-    cs.add_argument("--config", default=None)
+    cs.add_argument("--config", default=None, action="append", help="YAML config; repeat to layer files")
     cs.add_argument("overrides", nargs="*")
     cs.set_defaults(func=cmd_config_show)
 
@@ -370,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     km.add_argument("scenes", help="a generated .glb, or a folder searched for them")
     km.add_argument("--out", required=True, help="known-maps root (mapping.known_maps_dir)")
     km.add_argument("--method", choices=["mesh", "visit"], default="mesh",
-                    help="mesh: GT semantics straight from the labelled mesh; visit: exhaustive visit (SPEC §1.8)")
+                    help="mesh: GT semantics straight from the labelled mesh; visit: a full turn at every navigable lattice point")
     km.add_argument("--rednet", default=None, help="RedNet checkpoint: predicted semantics (needs --method visit)")
     km.add_argument("--rednet-depth", type=int, choices=[18, 34, 50], default=50, help="RedNet encoder depth of the checkpoint")
     km.add_argument("--source", default=None, help="sub-folder (default gt_semantics, or predicted_semantics with --rednet)")
@@ -424,6 +501,27 @@ def build_parser() -> argparse.ArgumentParser:
     vm.add_argument("--results", required=True, help="results folder of an evaluation")
     vm.add_argument("--out", default=None, help="write the PNGs here instead of next to the records")
     vm.set_defaults(func=cmd_viz_maps)
+    vr = vsub.add_parser("report", help="static HTML tour viewer of an evaluation (opens from file://)")
+    vr.add_argument("--results", required=True, help="results folder of `ivln-ce eval`")
+    vr.add_argument("--out", default=None, help="report folder (default RESULTS/report)")
+    vr.add_argument("--label", default=None, help="only this run label (default: every run in the folder)")
+    vr.add_argument("--split", default=None, help="only this split (default: every split in the folder)")
+    vr.add_argument("--data", default=None, help="data root to use instead of the one recorded in the run's config (moved data)")
+    vr.add_argument("--workers", type=int, default=None, help="processes rendering tours (default: CPU count, at most 8)")
+    vr.set_defaults(func=cmd_viz_report)
+    vt = vsub.add_parser("table", help="results table across runs: mean ± standard error over seeds")
+    vt.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results folders of `ivln-ce eval`")
+    vt.add_argument("--format", choices=["md", "csv", "latex"], default="md")
+    vt.add_argument("--split", default=None, help="only this split")
+    vt.add_argument("--label", default=None, help="only this run label")
+    vt.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                    help="config key (or subtree) that may differ within a row, e.g. policy.checkpoint (repeatable)")
+    vt.add_argument("--digits", type=int, default=2)
+    vt.set_defaults(func=cmd_viz_table)
+    vc = vsub.add_parser("curves", help="loss, action accuracy, beta and validation t-nDTW from TensorBoard event files")
+    vc.add_argument("train_dirs", nargs="+", metavar="TRAIN_DIR", help="training folders (event files anywhere below)")
+    vc.add_argument("--out", default=None, help="figure file, .png or .svg (default TRAIN_DIR/curves.png)")
+    vc.set_defaults(func=cmd_viz_curves)
 
     b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
     b.add_argument("name")
@@ -437,8 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, DataFormatError, UsageError, ValueError, FileNotFoundError) as exc:
-        print(f"ivln-ce {args.command}: error: {exc}", file=sys.stderr)
+    except (ConfigError, DataFormatError, UsageError, ValueError, OSError) as exc:
+        # OSError: unreadable, missing or directory paths. The message may quote odd text from
+        # the input (lone surrogates), so it is escaped rather than allowed to fail in print.
+        enc = getattr(sys.stderr, "encoding", None) or "utf-8"
+        text = f"ivln-ce {args.command}: error: {exc}"
+        print(text.encode(enc, "backslashreplace").decode(enc, "replace"), file=sys.stderr)
         return 2
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ivln_ce.geometry import quaternion_problem, quaternion_to_heading
-from ivln_ce.data.jsonio import DataFormatError, read_json, write_json
+from ivln_ce.data.jsonio import INT_MAX, INT_MIN, DataFormatError, describe, read_json, short_repr, write_json
 from ivln_ce.data.vocab import PAD_INDEX, Vocabulary
 
 REQUIRED_KEYS = (
@@ -184,14 +184,11 @@ def _vector_problem(v: Any, n: int) -> str | None:
     if not isinstance(v, list) or len(v) != n:
         return f"expected a list of {n} numbers, got {_describe(v)}"
     if not all(_is_number(x) for x in v):
-        return f"expected {n} finite numbers, got {v!r}"
+        return f"expected {n} finite numbers, got {short_repr(v)}"
     return None
 
 
-def _describe(v: Any) -> str:
-    if isinstance(v, list):
-        return f"a list of length {len(v)}"
-    return f"{type(v).__name__} {v!r}"[:80]
+_describe = describe
 
 
 def _id_problem(v: Any) -> str | None:
@@ -199,6 +196,8 @@ def _id_problem(v: Any) -> str | None:
         return f"expected an integer (or string) id, got {_describe(v)}"
     if isinstance(v, str) and not v:
         return "expected a non-empty id"
+    if isinstance(v, int) and not INT_MIN <= v < INT_MAX:
+        return f"expected an id within the 64-bit range, got {v}"
     return None
 
 
@@ -219,7 +218,7 @@ class _Checker:
             self.problems.append(f"episodes[{index}]: expected an object, got {_describe(raw)}")
             return None
         eid = raw.get("episode_id")
-        where = f"{eid!r} (episodes[{index}])" if eid is not None else f"episodes[{index}]"
+        where = f"{short_repr(eid)} (episodes[{index}])" if eid is not None else f"episodes[{index}]"
         start = len(self.problems)
         for key in REQUIRED_KEYS:
             if key not in raw:
@@ -250,7 +249,7 @@ class _Checker:
         if not isinstance(info, dict) or "geodesic_distance" not in info:
             self.add(where, "info.geodesic_distance", "missing")
         elif not _is_number(info["geodesic_distance"]) or info["geodesic_distance"] < 0:
-            self.add(where, "info.geodesic_distance", f"expected a finite distance >= 0, got {info['geodesic_distance']!r}")
+            self.add(where, "info.geodesic_distance", f"expected a finite distance >= 0, got {_describe(info['geodesic_distance'])}")
         goals = self._goals(where, raw["goals"])
         instruction = raw["instruction"]
         text, tokens = self._instruction(where, instruction)
@@ -291,8 +290,8 @@ class _Checker:
         p = _vector_problem(g["position"], 3)
         if p:
             self.add(where, "goals[0].position", p)
-        if not _is_number(g["radius"]):
-            self.add(where, "goals[0].radius", f"expected a number, got {_describe(g['radius'])}")
+        if not _is_number(g["radius"]) or g["radius"] < 0:
+            self.add(where, "goals[0].radius", f"expected a finite radius >= 0 (metres), got {_describe(g['radius'])}")
         return [Goal(position=g["position"], radius=g["radius"])]
 
     def _instruction(self, where: str, ins: Any) -> tuple[str, list[int]]:
@@ -305,15 +304,20 @@ class _Checker:
         extra_keys = sorted(set(ins) - {"instruction_text", "instruction_tokens"})
         if extra_keys:
             self.add(where, "instruction", f"unexpected keys {extra_keys}")
-        text, tokens = ins.get("instruction_text"), ins.get("instruction_tokens")
-        if text is not None and not isinstance(text, str):
+        if "instruction_text" not in ins or "instruction_tokens" not in ins:
+            return "", []
+        text, tokens = ins["instruction_text"], ins["instruction_tokens"]
+        if not isinstance(text, str):
             self.add(where, "instruction.instruction_text", f"expected a string, got {_describe(text)}")
-        if tokens is None:
-            return text or "", []
+            text = ""
         if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            self.add(where, "instruction.instruction_tokens", "expected a list of integer token ids")
-            return text or "", []
-        if self.vocab_size is not None:
+            bad = tokens if not isinstance(tokens, list) else next(t for t in tokens if not isinstance(t, int) or isinstance(t, bool))
+            self.add(where, "instruction.instruction_tokens", f"expected a list of integer token ids, got {_describe(bad)}")
+            return text, []
+        negative = [t for t in tokens if t < 0]
+        if negative:
+            self.add(where, "instruction.instruction_tokens", f"negative token ids {negative[:5]}")
+        elif self.vocab_size is not None:
             bad = [t for t in tokens if not 0 <= t < self.vocab_size]
             if bad:
                 self.add(where, "instruction.instruction_tokens", f"ids {bad[:5]} outside the vocabulary of {self.vocab_size} words")
@@ -326,7 +330,7 @@ class _Checker:
             self.padded_length = len(tokens)
         elif len(tokens) != self.padded_length:
             self.add(where, "instruction.instruction_tokens", f"padded length {len(tokens)} differs from the file's {self.padded_length}")
-        return text or "", tokens
+        return text, tokens
 
 
 def parse_episodes(
@@ -408,7 +412,7 @@ def parse_reference_trajectories(raw: Any, path: str = "<memory>") -> dict[str, 
     problems: list[str] = []
     for eid, value in raw.items():
         if not isinstance(value, dict) or "locations" not in value:
-            problems.append(f"episode {eid!r}, field 'locations': missing")
+            problems.append(f"episode {eid!r}, field 'locations': missing" + ("" if isinstance(value, dict) else f" (got {_describe(value)})"))
             continue
         locs = value["locations"]
         if not isinstance(locs, list) or not locs:
@@ -419,8 +423,14 @@ def parse_reference_trajectories(raw: Any, path: str = "<memory>") -> dict[str, 
             problems.append(f"episode {eid!r}, field 'locations[{bad}]': {_vector_problem(locs[bad], 3)}")
             continue
         actions = value.get("actions")
-        if actions is not None and not (isinstance(actions, list) and all(isinstance(a, int) and 0 <= a <= 3 for a in actions)):
+        if actions is not None and not (
+            isinstance(actions, list) and all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= 3 for a in actions)
+        ):
             problems.append(f"episode {eid!r}, field 'actions': expected a list of action ids 0-3")
+            continue
+        steps = value.get("forward_steps")
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < INT_MAX):
+            problems.append(f"episode {eid!r}, field 'forward_steps': expected a count >= 0, got {_describe(steps)}")
             continue
         extra = {k: v for k, v in value.items() if k not in ("locations", "actions", "forward_steps")}
         out[str(eid)] = ReferenceTrajectory(locs, actions, value.get("forward_steps"), extra)

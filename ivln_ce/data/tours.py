@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ivln_ce.data.episodes import Episode, EpisodeDataset
-from ivln_ce.data.jsonio import DataFormatError, read_json, write_json
+from ivln_ce.data.jsonio import INT_MAX, INT_MIN, DataFormatError, describe, read_json, short_repr, write_json
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +72,29 @@ class TourSet:
 def assign_tour_ids(split: str, scans: Mapping[str, Sequence[Sequence[Any]]], where: str = "<memory>") -> TourSet:
     """Number the tours of one split the official way (scan key order, then list order)."""
     if not isinstance(scans, Mapping):
-        raise DataFormatError(f"{where}: split {split!r}: expected an object scan -> list of tours")
+        raise DataFormatError(f"{where}: split {split!r}: expected an object scan -> list of tours, got {describe(scans)}")
     tours: list[Tour] = []
     seen: dict[str, str] = {}
     for scan, scan_tours in scans.items():
         if not isinstance(scan_tours, list):
-            raise DataFormatError(f"{where}: split {split!r}, scan {scan!r}: expected a list of tours")
+            raise DataFormatError(f"{where}: split {split!r}, scan {short_repr(scan)}: expected a list of tours, got {describe(scan_tours)}")
         for k, tour in enumerate(scan_tours):
-            if not isinstance(tour, list) or not all(isinstance(e, (int, str)) and not isinstance(e, bool) for e in tour):
+            if not isinstance(tour, list):
                 raise DataFormatError(
-                    f"{where}: split {split!r}, scan {scan!r}, tour {k}: expected a list of episode ids"
+                    f"{where}: split {split!r}, scan {short_repr(scan)}, tour {k}: expected a list of episode ids, got {describe(tour)}"
                 )
+            for i, e in enumerate(tour):
+                if _episode_id_problem(e):
+                    raise DataFormatError(
+                        f"{where}: split {split!r}, scan {short_repr(scan)}, tour {k}, entry {i}: "
+                        f"expected an integer (or non-empty string) episode id, got {describe(e)}"
+                    )
             tour_id = str(len(tours))
             ids = tuple(str(e) for e in tour)
             for eid in ids:
                 if eid in seen:
                     raise DataFormatError(
-                        f"{where}: split {split!r}, scan {scan!r}, tour {k} (id {tour_id}): episode {eid!r} "
+                        f"{where}: split {split!r}, scan {short_repr(scan)}, tour {k} (id {tour_id}): episode {short_repr(eid)} "
                         f"already appears in tour {seen[eid]}"
                     )
                 seen[eid] = tour_id
@@ -96,13 +102,21 @@ def assign_tour_ids(split: str, scans: Mapping[str, Sequence[Sequence[Any]]], wh
     return TourSet(split, tours)
 
 
+def _episode_id_problem(e: Any) -> bool:
+    if isinstance(e, bool):
+        return True
+    if isinstance(e, int):
+        return not INT_MIN <= e < INT_MAX
+    return not (isinstance(e, str) and e)
+
+
 def load_tours(path: str | Path, split: str) -> TourSet:
-    """Read one split of ``tours.json`` with official tour ids."""
+    """Read one split of ``tours.json`` with official tour ids (repeated scan keys are an error)."""
     raw = read_json(path)
     if not isinstance(raw, dict):
-        raise DataFormatError(f"{path}: expected an object split -> scan -> tours")
+        raise DataFormatError(f"{path}: expected an object split -> scan -> tours, got {describe(raw)}")
     if split not in raw:
-        raise DataFormatError(f"{path}: no split {split!r}; the file has {list(raw)}")
+        raise DataFormatError(f"{path}: no split {split!r}; the file has {short_repr(list(raw))}")
     return assign_tour_ids(split, raw[split], str(path))
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ivln_ce.data.targets import iter_target_paths, load_agent_paths
-from ivln_ce.metrics.tour import SplitScore, score_split
+from ivln_ce.data.targets import iter_agent_paths, iter_target_paths
+from ivln_ce.metrics.tour import SplitScore, TourScoreError, score_split
 
 
 @dataclass
@@ -26,24 +26,31 @@ class ScoreRequest:
 
 
 def score_files(req: ScoreRequest, show_progress: bool = True) -> SplitScore:
-    """Load the agent log, stream the split's targets, and score every tour."""
+    """Stream the agent log and the split's targets together and score every tour.
+
+    Memory holds one tour of each file when both list their tours in the same order (as the
+    toolkit and the official code write them). A scoring error (tour ids or episode orders
+    that differ, an infeasible tour) names both files.
+    """
     if req.distance != "euclidean":
         raise ValueError(
             f"distance {req.distance!r} needs a simulator for geodesic queries; offline scoring is Euclidean"
         )
-    agent = load_agent_paths(req.agent)
 
     def progress(it):
-        return tqdm(it, desc="t-nDTW", unit="tour", total=len(agent), file=sys.stderr, disable=not show_progress or None)
+        return tqdm(it, desc="t-nDTW", unit="tour", file=sys.stderr, disable=not show_progress or None)
 
-    return score_split(
-        agent,
-        iter_target_paths(req.gt, req.split),
-        variant=req.variant,
-        d_th=req.d_th,
-        on_infeasible=req.on_infeasible,
-        progress=progress,
-    )
+    try:
+        return score_split(
+            iter_agent_paths(req.agent),
+            iter_target_paths(req.gt, req.split),
+            variant=req.variant,
+            d_th=req.d_th,
+            on_infeasible=req.on_infeasible,
+            progress=progress,
+        )
+    except TourScoreError as exc:
+        raise TourScoreError(f"{req.agent} scored against {req.gt} (split {req.split!r}): {exc}") from exc
 
 
 def _num(x: float) -> float | None:

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from ivln_ce.data.targets import AGENT, TourPath
-from ivln_ce.metrics.dtw import Distance, dtw, euclidean
+from ivln_ce.metrics.dtw import Distance, dtw, dtw_blocks, euclidean
 
 VARIANTS = ("official", "paper")
 ON_INFEASIBLE = ("error", "nan", "paper_fallback")
@@ -105,6 +105,23 @@ def episode_changes(path: TourPath) -> int:
     return int(np.count_nonzero(path.episodes[1:] != path.episodes[:-1]))
 
 
+def _block_bounds(tour_id: str, agent: TourPath, target: TourPath) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(episode ids, agent block bounds, target block bounds) of two filtered paths; raise if the orders differ."""
+    a_ids, a_bounds = _runs_of(agent)
+    g_ids, g_bounds = _runs_of(target)
+    if a_ids != g_ids:
+        _blocks(tour_id, agent, target)  # raises with the first difference
+    return a_ids, a_bounds, g_bounds
+
+
+def _runs_of(path: TourPath) -> tuple[list[str], np.ndarray]:
+    if len(path) == 0:
+        return [], np.zeros(1, dtype=np.int64)
+    change = np.flatnonzero(path.episodes[1:] != path.episodes[:-1]) + 1
+    bounds = np.concatenate([[0], change, [len(path)]]).astype(np.int64)
+    return [path.episode_ids[int(c)] for c in path.episodes[bounds[:-1]]], bounds
+
+
 def _blocks(tour_id: str, agent: TourPath, target: TourPath) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Pair the episode blocks of two filtered paths; raise if their episode orders differ."""
     a_runs, g_runs = agent.episode_runs(), target.episode_runs()
@@ -156,14 +173,15 @@ def tour_ndtw_official(
     g = agent_phase(target)
     if len(g) == 0:
         raise TourScoreError(f"tour {tour_id!r}: the target path has no agent-phase entries")
-    blocks = _blocks(tour_id, a, g)
-    K = len(blocks)
-    total = 0.0
+    ids, a_bounds, g_bounds = _block_bounds(tour_id, a, g)
+    K = len(ids)
+    n_k, m_k = np.diff(a_bounds).tolist(), np.diff(g_bounds).tolist()
+    per_block = dtw_blocks(a.positions, a_bounds, g.positions, g_bounds, pinned=True).tolist()
     infeasible = None
-    for k, (eid, xa, xg) in enumerate(blocks):
-        d = dtw(xa, xg, euclidean, pin_first=k > 0, pin_last=k < K - 1, origin_free=k == 0)
+    total = 0.0
+    for k, d in enumerate(per_block):  # summed in block order, as block by block
         if not math.isfinite(d):
-            infeasible = (eid, len(xa), len(xg), _infeasible_reason(k, K, len(xa), len(xg)) or "pinned boundary columns")
+            infeasible = (ids[k], n_k[k], m_k[k], _infeasible_reason(k, K, n_k[k], m_k[k]) or "pinned boundary columns")
             break
         total += d
     fallback = False
@@ -173,7 +191,7 @@ def tour_ndtw_official(
         if on_infeasible == "nan":
             total = math.nan
         else:  # same points, unconstrained blocks: the paper's cross-episode rule
-            total = sum(dtw(xa, xg, euclidean) for _, xa, xg in blocks)
+            total = sum(dtw_blocks(a.positions, a_bounds, g.positions, g_bounds, pinned=False).tolist())
             fallback = True
     m = len(g)
     return TourScore(
@@ -182,9 +200,9 @@ def tour_ndtw_official(
         weight=float(weight),
         dtw=total,
         normaliser=m,
-        episodes=[b[0] for b in blocks],
-        agent_points=[len(b[1]) for b in blocks],
-        target_points=[len(b[2]) for b in blocks],
+        episodes=ids,
+        agent_points=n_k,
+        target_points=m_k,
         infeasible_episode=infeasible[0] if infeasible else None,
         fallback=fallback,
     )
@@ -227,8 +245,46 @@ def tour_ndtw_paper(
 # --------------------------------------------------------------------------- split
 
 
+class _Pairing:
+    """Walks the targets and finds each tour's agent path; ``extra`` lists agent-only ids after.
+
+    With a mapping this is a lookup. With a stream (``data.targets.iter_agent_paths``) the two
+    files are walked together: an agent tour read ahead of its target waits in a buffer (as
+    compact arrays), so memory is one tour when both files share the order (as the toolkit
+    writes them) and at most the agent log's arrays otherwise.
+    """
+
+    def __init__(self, agent_paths: Mapping[str, TourPath] | Iterable[tuple[str, TourPath]]):
+        self.agent_paths = agent_paths
+        self.extra: list[str] = []
+
+    def __call__(self, targets: Iterable[tuple[str, TourPath]]) -> Iterator[tuple[str, TourPath, TourPath | None]]:
+        if isinstance(self.agent_paths, Mapping):
+            seen: set[str] = set()
+            for tour_id, target in targets:
+                seen.add(tour_id)
+                yield tour_id, target, self.agent_paths.get(tour_id)
+            self.extra = sorted(set(self.agent_paths) - seen)
+            return
+        buffer: dict[str, TourPath] = {}
+        stream = iter(self.agent_paths)
+        exhausted = False
+        for tour_id, target in targets:
+            agent = buffer.pop(tour_id, None)
+            while agent is None and not exhausted:
+                item = next(stream, None)
+                if item is None:
+                    exhausted = True
+                elif item[0] == tour_id:
+                    agent = item[1]
+                else:
+                    buffer[item[0]] = item[1]
+            yield tour_id, target, agent
+        self.extra = sorted([*buffer, *(tid for tid, _ in stream)])
+
+
 def score_split(
-    agent_paths: Mapping[str, TourPath],
+    agent_paths: Mapping[str, TourPath] | Iterable[tuple[str, TourPath]],
     target_paths: Iterable[tuple[str, TourPath]],
     variant: str = "official",
     d_th: float = 3.0,
@@ -237,11 +293,13 @@ def score_split(
     allow_partial: bool = False,
     progress: Callable[[Iterator], Iterator] | None = None,
 ) -> SplitScore:
-    """Score every tour of a split; ``target_paths`` may be a stream (one tour at a time).
+    """Score every tour of a split; both sides may be streams (one tour at a time).
 
-    The official variant requires the agent's tour ids to equal the target's (SPEC §4.5
-    step 1). With ``allow_partial`` (paper variant only) targets without an agent path are
-    skipped and the result is marked partial.
+    ``agent_paths`` is a mapping tour id -> TourPath or a stream of (tour_id, TourPath) such as
+    ``data.targets.iter_agent_paths(file)``; ``target_paths`` a stream such as
+    ``iter_target_paths(file, split)``. The official variant requires the agent's tour ids to
+    equal the target's (SPEC §4.5 step 1). With ``allow_partial`` (paper variant only) targets
+    without an agent path are skipped and the result is marked partial.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -250,12 +308,10 @@ def score_split(
     if distance_for_tour is not None and variant == "official":
         raise ValueError("the official variant is Euclidean by definition; a custom distance needs variant='paper'")
     result = SplitScore(variant=variant, d_th=d_th, tndtw=math.nan, total_weight=0.0)
-    seen: set[str] = set()
     missing: list[str] = []
     stream = target_paths if progress is None else progress(iter(target_paths))
-    for tour_id, target in stream:
-        seen.add(tour_id)
-        agent = agent_paths.get(tour_id)
+    pairing = _Pairing(agent_paths)
+    for tour_id, target, agent in pairing(stream):
         if agent is None:
             missing.append(tour_id)
             continue
@@ -265,7 +321,7 @@ def score_split(
             dist = distance_for_tour(tour_id) if distance_for_tour else euclidean
             score = tour_ndtw_paper(tour_id, agent, target, d_th, dist)
         result.tours[tour_id] = score
-    extra = sorted(set(agent_paths) - seen)
+    extra = pairing.extra
     if extra or (missing and not allow_partial):
         parts = []
         if missing:

@@ -83,3 +83,16 @@ def test_known_maps_builds_from_the_mesh_and_resumes(tmp_path, capsys):
     assert "0 known maps written" in again and "(1 already there" in again
     assert main(["known-maps", str(tmp_path / "scenes"), "--out", str(out), "--method", "mesh", "--rednet", "x.pth"]) == 2
     assert "--method visit" in capsys.readouterr().err
+
+
+def test_scene_commands_take_a_glb_or_a_folder_with_one(tmp_path, capsys):
+    from ivln_ce.scenes.layout import generate_house
+    from ivln_ce.scenes.mesh import save_scene
+
+    glb = save_scene(generate_house(5), tmp_path / "scenes")
+    assert main(["scene", "topdown", str(glb.parent), "--out", str(tmp_path / "a.png")]) == 0  # the house's folder
+    save_scene(generate_house(6), tmp_path / "scenes")
+    assert main(["scene", "topdown", str(tmp_path / "scenes"), "--out", str(tmp_path / "b.png")]) == 2
+    assert "2 .glb files" in capsys.readouterr().err
+    assert main(["scene", "view", str(glb.with_suffix(".semantic.json")), "--out", str(tmp_path / "c.png")]) == 2
+    assert "expected a scene .glb file" in capsys.readouterr().err

@@ -124,3 +124,47 @@ def test_reference_trajectories_round_trip_and_validation(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"7": {"locations": [[0, 0]]}}))
     with pytest.raises(EpisodeFormatError, match=r"episode '7', field 'locations\[0\]'"):
         load_reference_trajectories(tmp_path / "bad.json")
+
+
+def test_review_items_are_rejected_with_episode_and_field(raw):
+    """Inputs an outside review found accepted: each must name the episode and the field."""
+    cases = [
+        (lambda e: e["goals"][0].__setitem__("radius", -1.0), "goals[0].radius", "finite radius >= 0"),
+        (lambda e: e["instruction"].__setitem__("instruction_tokens", None), "instruction.instruction_tokens", "expected a list"),
+        (lambda e: e["instruction"].__setitem__("instruction_text", None), "instruction.instruction_text", "expected a string"),
+        (lambda e: e["instruction"]["instruction_tokens"].__setitem__(0, -3), "instruction.instruction_tokens", "negative"),
+        (lambda e: e.__setitem__("start_position", [True, 0.0, 0.0]), "start_position", "finite numbers"),
+        (lambda e: e.__setitem__("start_position", ["1.5", 0.0, 0.0]), "start_position", "finite numbers"),
+        (lambda e: e.__setitem__("episode_id", 1.5), "episode_id", "expected an integer"),
+        (lambda e: e.__setitem__("episode_id", {"id": 1}), "episode_id", "expected an integer"),
+        (lambda e: e.__setitem__("trajectory_id", [1]), "trajectory_id", "expected an integer"),
+        (lambda e: e.__setitem__("episode_id", 2**70), "episode_id", "64-bit"),
+    ]
+    for mutate, field, message in cases:
+        def apply(d, mutate=mutate):
+            mutate(d["episodes"][4])
+        _expect(raw, apply, "(episodes[4])", f"field '{field}'", message)
+
+
+def test_file_level_defects_name_the_file_and_place(tmp_path, raw):
+    from ivln_ce.data.jsonio import DataFormatError
+
+    small = {"episodes": raw["episodes"][:3], "instruction_vocab": raw["instruction_vocab"]}
+    text = json.dumps(small)
+    bad = tmp_path / "bad.json.gz"
+    cases = [
+        (text.replace('"radius": 3.0', '"radius": 3.0, "radius": -1', 1), r"episodes\[0\]\.goals\[0\]: key 'radius' appears twice"),
+        (text.replace('"episode_id": ', '"episode_id": 1' + "0" * 4300 + ', "x": ', 1), r"field 'episode_id'.*4301 digits"),
+        (text.replace('"start_position": ', '"start_position": ' + "[" * 40000 + "]" * 40000 + ', "y": ', 1),
+         r"episodes\[0\]\.start_position.*nested 40003 levels deep; at most 32 \(MAX_DEPTH\)"),
+    ]
+    for content, pattern in cases:
+        bad.write_bytes(gzip.compress(content.encode()))
+        with pytest.raises(DataFormatError, match=pattern):
+            load_episodes(bad)
+    bad.write_bytes(gzip.compress(text.encode())[:-20])
+    with pytest.raises(DataFormatError, match="bad.json.gz: truncated or corrupt gzip data"):
+        load_episodes(bad)
+    plain = tmp_path / "plain.json.gz"  # not compressed despite the name: read by content
+    plain.write_text(text)
+    assert len(load_episodes(plain)) == 3

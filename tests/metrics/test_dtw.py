@@ -96,3 +96,53 @@ def test_rejects_bad_shapes():
         dtw(np.zeros((3, 2)), np.zeros((2, 3)))
     with pytest.raises(ValueError, match="at least one point"):
         dtw(np.zeros((0, 3)), np.zeros((2, 3)))
+
+
+def _python(code: str, env: dict) -> "subprocess.CompletedProcess":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+
+
+_KERNEL_CALL = "import numpy as np; from ivln_ce.metrics.dtw import dtw; print(dtw(np.zeros((2, 3)), np.ones((3, 3)), pin_first=True))"
+
+
+def test_kernels_are_cached_on_disk_and_loaded_by_the_next_process(tmp_path):
+    import os
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_DEBUG_CACHE": "1"}
+    first = _python(_KERNEL_CALL, env)
+    assert first.returncode == 0, first.stderr
+    assert list((tmp_path / "cache").rglob("dtw._dtw_euclidean-*.nbi")), "no cache index was written"
+    second = _python(_KERNEL_CALL, env)
+    assert second.returncode == 0, second.stderr
+    assert "data loaded" in second.stdout + second.stderr  # loaded, not compiled again
+    assert first.stdout.split()[-1] == second.stdout.split()[-1]
+
+
+def test_kernels_compile_in_memory_where_no_cache_folder_is_writable():
+    import os
+
+    code = ("import warnings; warnings.simplefilter('always'); import numba.core.caching as c; "
+            "c.CacheImpl._locator_classes = []; " + _KERNEL_CALL)  # numba then finds no writable location
+    r = _python(code, dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.split()[-1]) == pytest.approx(dtw(np.zeros((2, 3)), np.ones((3, 3)), pin_first=True))
+    assert r.stderr.count("no writable cache folder") == 1
+
+
+def test_block_kernel_equals_block_by_block_dtw():
+    from ivln_ce.metrics.dtw import dtw_blocks
+
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        K = int(rng.integers(1, 6))
+        n, m = rng.integers(1, 7, size=K), rng.integers(1, 7, size=K)
+        x, y = rng.normal(size=(n.sum(), 3)), rng.normal(size=(m.sum(), 3))
+        xb, yb = np.concatenate([[0], np.cumsum(n)]), np.concatenate([[0], np.cumsum(m)])
+        for pinned in (True, False):
+            got = dtw_blocks(x, xb, y, yb, pinned)
+            want = [dtw(x[xb[k]:xb[k + 1]], y[yb[k]:yb[k + 1]], pin_first=pinned and k > 0,
+                        pin_last=pinned and k < K - 1, origin_free=pinned and k == 0) for k in range(K)]
+            np.testing.assert_array_equal(got, want)

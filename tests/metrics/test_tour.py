@@ -217,3 +217,19 @@ def test_scores_are_in_unit_interval():
         A, G = TourPath.from_entries(agent), TourPath.from_entries(target)
         s = tour_ndtw_paper("t", A, G)
         assert 0.0 < s.tndtw <= 1.0
+
+
+def test_streamed_agent_paths_pair_with_targets_in_any_order():
+    """score_split takes the agent side as a stream (data.targets.iter_agent_paths) too."""
+    rng = np.random.default_rng(8)
+    tours = {str(i): random_tour(rng, K=3, degenerate=0.0, min_points=3) for i in range(6)}
+    agent = {t: TourPath.from_entries(a) for t, (a, _) in tours.items()}
+    target = [(t, TourPath.from_entries(g)) for t, (_, g) in tours.items()]
+    want = score_split(agent, target)
+    for order in (list(agent), list(reversed(agent)), ["3", "0", "5", "1", "4", "2"]):
+        got = score_split(iter([(k, agent[k]) for k in order]), iter(target))
+        assert got.tndtw == want.tndtw and list(got.tours) == list(want.tours)
+    with pytest.raises(TourScoreError, match="1 target tour.*missing from the agent file"):
+        score_split(iter([(k, v) for k, v in agent.items() if k != "4"]), target)
+    with pytest.raises(TourScoreError, match=r"1 agent tour\(s\) not in the target split \(e.g. \['99'\]\)"):
+        score_split(iter([*agent.items(), ("99", agent["0"])]), target)
