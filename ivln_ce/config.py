@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -219,15 +219,81 @@ class PolicyConfig:
     reset_state_gru_per_episode: bool = False
 
 
+class TrainerKind(str, enum.Enum):
+    dagger = "dagger"  # collection rounds + episodic batches (teacher forcing when p = 1), SPEC §9.2-9.5
+    tour_sequential = "tour_sequential"  # lanes of tours, state carried across batches, SPEC §9.6
+
+
+class StoreCodec(str, enum.Enum):
+    raw = "raw"  # memory-mapped, zero-copy reads
+    zlib = "zlib"  # compressed per array (maps compress well)
+
+
 @dataclass
 class TrainConfig:
-    """Training switches (SPEC §9, §11.4); the trainer adds its recipe keys here."""
+    """The trainers of SPEC §9. Defaults are the paper's values (§9.1, §9.7); the embedded-scale
+    recipes under ``configs/`` change what a 2-core CPU can afford and say so."""
 
+    trainer: TrainerKind = TrainerKind.dagger
+    #: the split whose episodes are collected (train, envdrop, joint_train_envdrop, ...)
+    split: str = "train"
+    #: collect through the split's tours (tours.json) with the iterative runner; false runs every
+    #: episode on its own (the episodic runner)
+    use_tours: bool = False
+    #: train only on these tour ids of the split (their episodes, alone unless use_tours); empty = all
+    tours: list[str] = field(default_factory=list)
+    #: collection + training rounds (DAgger iterations)
+    iterations: int = 1
+    #: beta_k = p^k (exponent k + 1 when warm-started from a checkpoint, as officially, T6);
+    #: p = 1 is teacher forcing
+    p: float = 1.0
+    #: episodes collected per round (0 = every episode of the split once)
+    update_size: int = 0
+    epochs: int = 45
+    batch_size: int = 5
+    lr: float = 2.5e-4
+    #: inflection weighting coefficient (SPEC §9.4); 1 = off
+    inflection_weight: float = 3.2
+    #: weight of the progress-monitor loss (1 for MAP-CMA, 0 for the latent baselines)
+    progress_weight: float = 0.0
+    #: stop after this many optimizer steps in total (0 = no limit): tiny smoke budgets
+    max_steps: int = 0
+    #: collection environments (worker processes; per rank under torchrun)
+    num_envs: int = 4
+    #: cpu, cuda or cuda:N (under torchrun "cuda" is the rank's local GPU)
+    device: str = "cpu"
+    #: where checkpoints, the store, TensorBoard events and the summary go
+    out_dir: str = "${results_dir}"
+    #: float features stored as fp16; per-array compression of the store
+    store_fp16: bool = True
+    store_codec: StoreCodec = StoreCodec.zlib
+    #: DataLoader worker processes reading the store
+    loader_workers: int = 0
+    #: checkpoint the exact training state every this many optimizer steps (0 = per epoch only)
+    resume_every: int = 0
     #: T1 (official true): the progress-monitor loss broadcasts (T*B,) against (T*B, 1)
     pm_broadcast_bug: bool = False
     #: T3 (official true): BatchNorm layers run in train mode during collection (the frozen RGB
     #: trunk, MAP-CMA's map encoder); false collects in eval mode
     bn_train_mode: bool = False
+    #: T12 (official true): three contiguous loader shares, shuffled blocks, randomly permuted
+    #: buffers, per-share drop-last; false buckets batches by true episode length, drops nothing
+    official_batching: bool = False
+    #: T2 (official true): tour-sequential training carries the recurrent state after the padded
+    #: steps; false carries the state at each episode's true last step
+    carry_padded_state: bool = False
+    #: T7 (official true): fixed lanes (tours in decreasing size, greedy packing) and the
+    #: off-by-one drop-last; false reshuffles tours into lanes every epoch and keeps every episode
+    official_lanes: bool = False
+    #: P6 (official false): iterative-maps fine-tuning collects on the split's tours; false runs
+    #: the split's episodes without tours through the iterative runner (the oracle walks between
+    #: unrelated episodes and the map spans the whole round)
+    itmaps_ft_on_tours: bool = True
+    #: shuffle the episodes inside every tour each epoch of tour-sequential training (official)
+    shuffle_within_tour: bool = True
+    #: evaluate every checkpoint on these splits while training (``eval_{split}_{metric}`` in
+    #: TensorBoard); empty = none
+    eval_splits: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -458,11 +524,12 @@ def _leaf_paths(raw: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
 
 
 def load_config(
-    path: str | Path | None = None,
+    path: str | Path | Sequence[str | Path] | None = None,
     overrides: Iterable[str] = (),
     schema: type = ExperimentConfig,
 ) -> DictConfig:
-    """Load ``schema`` defaults, then the YAML chain of ``path``, then ``overrides``.
+    """Load ``schema`` defaults, then the YAML chain of ``path`` (or of each path of a list, in
+    order: e.g. a recipe and then ``configs/profiles/official.yaml``), then ``overrides``.
 
     Values are range-checked before anything runs (``check_values``): a bad value is an error
     naming the key, where it was set and what is expected. The result is read-only and fully
@@ -470,8 +537,9 @@ def load_config(
     """
     cfg = OmegaConf.structured(schema)
     sources: dict[str, str] = {}
-    if path is not None:
-        for file_path, raw in _yaml_chain(Path(path)):
+    paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
+    for one in paths:
+        for file_path, raw in _yaml_chain(Path(one)):
             check_keys(raw, schema, str(file_path))
             cfg = _merge(cfg, raw, str(file_path))
             sources.update(dict.fromkeys(_leaf_paths(raw), str(file_path)))
@@ -534,6 +602,19 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "mapping.rednet_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
     "policy.rgb_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
     "eval.num_envs": (_between(1, 256), "an integer in [1, 256]"),
+    "train.iterations": (_between(1, 10_000), "an integer in [1, 10000]"),
+    "train.p": (_between(0.0, 1.0), "a probability in [0, 1]"),
+    "train.update_size": (lambda v: v >= 0, "an integer >= 0 (0 = the whole split)"),
+    "train.epochs": (_between(1, 100_000), "an integer in [1, 100000]"),
+    "train.batch_size": (_between(1, 100_000), "an integer >= 1"),
+    "train.lr": (_between(0.0, 1.0, lo_open=True), "a learning rate in (0, 1]"),
+    "train.inflection_weight": (_between(1.0, 1000.0), "a coefficient in [1, 1000]"),
+    "train.progress_weight": (_between(0.0, 1000.0), "a weight in [0, 1000]"),
+    "train.max_steps": (lambda v: v >= 0, "an integer >= 0 (0 = no limit)"),
+    "train.num_envs": (_between(1, 256), "an integer in [1, 256]"),
+    "train.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
+    "train.loader_workers": (_between(0, 64), "an integer in [0, 64]"),
+    "train.resume_every": (lambda v: v >= 0, "an integer >= 0"),
     "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "eval.poll_timeout": (_positive, "a duration > 0 (seconds)"),
     "eval.poll_interval": (_positive, "a duration > 0 (seconds)"),
@@ -614,6 +695,10 @@ OFFICIAL_PROFILE: dict[str, Any] = {
     "env.expert_query_every_observation": True,  # R9
     "train.pm_broadcast_bug": True,  # T1
     "train.bn_train_mode": True,  # T3
+    "train.official_batching": True,  # T12
+    "train.carry_padded_state": True,  # T2
+    "train.official_lanes": True,  # T7
+    "train.itmaps_ft_on_tours": False,  # P6
     "policy.reset_state_gru_per_episode": False,  # T11, the same in both profiles
     "metrics.tndtw.variant": "official",
 }

@@ -26,16 +26,15 @@ import ivln_ce
 COSMETIC_KEYS = (
     "name",
     "results_dir",
-    "eval.workers",
     "eval.num_envs",
     "eval.resume",
     "eval.label",
     "eval.tours",  # which tours run does not change any one tour's result
     "eval.poll",
     "eval.poll_timeout",
+    "eval.poll_interval",
     "eval.save_frames",
     "eval.video",
-    "eval.progress",
     "mapping.save_images",
     "mapping.backend",  # the backends are bit-identical (tests/mapping)
     "simulator.gpu_device_id",

@@ -218,7 +218,7 @@ class TourEnv(gym.Env):
         ep = self.episode
         pos, heading = np.asarray(raw.position, dtype=np.float64), raw.heading
         d = self._goal_distance(pos)
-        d0 = self.rec.d0 if self.rec is not None else ep.geodesic_distance
+        d0 = ep.geodesic_distance  # SPEC §2.4: the episode file's info.geodesic_distance
         progress = (d0 - d) / d0 if math.isfinite(d) and d0 > 0 else 0.0
         out: dict[str, Any] = {
             "instruction": np.asarray(ep.instruction_tokens, dtype=np.int64),

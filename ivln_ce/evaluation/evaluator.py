@@ -142,7 +142,7 @@ def check_eval_config(cfg: DictConfig) -> None:
     t = cfg.metrics.tndtw
     if t.variant == TndtwVariant.official and t.distance == DistanceKind.geodesic:
         raise ConfigError("metrics.tndtw.distance=geodesic needs metrics.tndtw.variant=paper: the official t-nDTW is "
-                          "Euclidean by definition (SPEC §4.5)")
+                          "Euclidean by definition (docs/formats.md, t-nDTW)")
     agent = cfg.eval.agent
     if agent == "policy":
         if cfg.policy.name == PolicyName.none:
@@ -201,9 +201,11 @@ def run_fingerprint(cfg: DictConfig, split: SplitData) -> fpr.Fingerprint:
     pairs = {(it.tour.scan, it.episodes[0].scene_id) for it in split.items}
     fp.scenes = fpr.scene_digests(split.scenes_dir, sorted(pairs))
     if uses_maps and cfg.mapping.mode.value == "known":
-        root = Path(cfg.mapping.known_maps_dir)
+        from ivln_ce.rollout.policy_agent import known_map_source
+
+        root = Path(cfg.mapping.known_maps_dir) / known_map_source(cfg)
         for scan, _ in sorted(pairs):
-            fp.files[f"known_map:{scan}"] = fpr.file_digest(next(iter(sorted(root.glob(f"*/{scan}.npz"))), root / f"{scan}.npz"))
+            fp.files[f"known_map:{scan}"] = fpr.file_digest(root / f"{scan}.npz")
     return fp
 
 
@@ -298,7 +300,8 @@ class EvalDriver:
     def decide(self, views):
         from ivln_ce.rollout.observations import maps_per_view
 
-        batch = self.pipeline(views) if self.pipeline is not None else {"streams": [v.stream_id for v in views]}
+        rows = self.policy_agent.rows(views) if self.policy_agent is not None else []
+        batch = self.pipeline(views, rows) if self.pipeline is not None else {"streams": [v.stream_id for v in views]}
         per_view = maps_per_view(batch) if self.recorders else None
         for r in self.recorders:
             r.observe(views, per_view)
@@ -348,7 +351,8 @@ def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: st
     if not policy and not save_maps and not frames:
         return None, ()
     policy_agent = None
-    needs = {"rgb": frames, "depth": save_maps, "semantic": save_maps and cfg.mapping.semantics.value == "gt"}
+    video = bool(cfg.eval.video)
+    needs = {"rgb": frames, "depth": save_maps or video, "semantic": save_maps and cfg.mapping.semantics.value == "gt"}
     mapper = None
     if policy:
         from ivln_ce.rollout.policy_agent import PolicyAgent
@@ -375,9 +379,9 @@ def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: st
     if cfg.eval.save_frames:
         recorders.append(FrameRecorder(paths.frames_dir))
     if cfg.eval.video:
-        from ivln_ce.evaluation.recorders import VideoRecorder  # noqa: F401  (when the video module exists)
+        from ivln_ce.evaluation.recorders import VideoRecorder
 
-        recorders.append(VideoRecorder(paths.videos_dir, split.items, cfg))
+        recorders.append(VideoRecorder(paths.videos_dir, split.items, split.scenes_dir))
     return EvalDriver(pipeline, policy_agent, recorders), keys
 
 
@@ -527,7 +531,7 @@ def score_paths(cfg: DictConfig, split: SplitData, agent_paths: dict[str, TourPa
     if not partial:
         scores["official"] = score_split(agent_paths, targets, variant="official", **kw)
     else:
-        notes.append("partial evaluation: the official t-nDTW needs every tour of the split (SPEC §4.5); "
+        notes.append("partial evaluation: the official t-nDTW needs every tour of the split (docs/formats.md, t-nDTW); "
                      "the paper variant is computed on the evaluated tours")
     scores["paper"] = score_split(agent_paths, targets, variant="paper", allow_partial=partial, d_th=float(t.d_th))
     primary = scores.get(t.variant.value)

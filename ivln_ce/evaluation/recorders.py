@@ -155,3 +155,76 @@ class FrameRecorder:
     def on_tour(self, result: TourResult, stream: str) -> None:
         self.state.drop(stream)
         self._first_done = {k for k in self._first_done if k[0] != stream}
+
+
+class VideoRecorder:
+    """``videos_{label}_{split}/{tour}/{episode}.mp4`` per episode (``eval.video=true``): RGB |
+    depth | egocentric map | top-down with the path so far, one frame per agent observation;
+    written on the episode's agent-done step, dropped if its tour is cut short."""
+
+    needs_maps = True
+
+    def __init__(self, folder: Path, items: Sequence[TourItem], scenes_dir: Path | None, fps: float = 8.0):
+        self.folder = folder
+        self.fps = fps
+        self.scenes_dir = scenes_dir
+        self.episodes = {e.episode_id: e for it in items for e in it.episodes}
+        self.open: dict[str, tuple[str, Any, list]] = {}  # stream -> (episode id, video, positions)
+        self._trails: dict[str, Any] = {}
+        self._layouts: dict[str, Any] = {}
+        self.written: list[Path] = []
+
+    def _layout(self, scene_id: str):
+        if scene_id not in self._layouts:
+            layout = None
+            if self.scenes_dir is not None:
+                try:
+                    from ivln_ce.env.tour_env import contained_scene_path
+                    from ivln_ce.scenes.mesh import load_scene
+
+                    layout = load_scene(contained_scene_path(self.scenes_dir, scene_id)).layout
+                except (OSError, ValueError, KeyError):
+                    layout = None  # a real scan without the generator's sidecar: no plan panel
+            self._layouts[scene_id] = layout
+        return self._layouts[scene_id]
+
+    def _close(self, stream: str, keep: bool) -> None:
+        entry = self.open.pop(stream, None)
+        if entry is None:
+            return
+        _, video, _ = entry
+        if keep:
+            self.written.append(video.close())
+        else:
+            video.abort()
+
+    def observe(self, views: Sequence[StreamView], maps: Sequence[dict | None]) -> None:
+        from ivln_ce.viz.maps import egocentric_image
+        from ivln_ce.viz.video import EpisodeVideo, TopdownTrail
+
+        for view, m in zip(views, maps):
+            info = view.info
+            if "metrics" in info and view.stream_id in self.open and self.open[view.stream_id][0] == info["metrics_episode_id"]:
+                self._close(view.stream_id, keep=True)
+            if not info.get("produce_action") or "rgb" not in view.obs:
+                continue
+            eid = info["episode_id"]
+            entry = self.open.get(view.stream_id)
+            if entry is None or entry[0] != eid:
+                self._close(view.stream_id, keep=False)
+                ep = self.episodes[eid]
+                path = contained(self.folder, safe_name(view.tour_id), safe_name(eid) + ".mp4")
+                layout = self._layout(ep.scene_id)
+                self._trails[view.stream_id] = TopdownTrail(layout, np.asarray(ep.reference_path), np.asarray(ep.goal_position)) if layout else None
+                entry = (eid, EpisodeVideo(path, fps=self.fps), [])
+                self.open[view.stream_id] = entry
+            _, video, positions = entry
+            positions.append(np.asarray(view.obs["position"], dtype=np.float64))
+            trail = self._trails.get(view.stream_id)
+            ego = egocentric_image(m["occupancy_map"], m["semantic_map"]) if m is not None else None
+            video.add(view.obs["rgb"], view.obs.get("depth"), ego,
+                      trail(np.asarray(positions), float(np.asarray(view.obs["heading"]).reshape(-1)[0])) if trail else None)
+
+    def on_tour(self, result: TourResult, stream: str) -> None:
+        self._close(stream, keep=False)
+        self._trails.pop(stream, None)

@@ -149,7 +149,9 @@ def save_checkpoint(path: str | Path, policy: nn.Module, config_dict: dict, opti
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = {"state_dict": policy.state_dict(), "config": config_dict, "optim_state": optim_state, **{c: int(counters.get(c, 0)) for c in COUNTERS}}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    from ivln_ce.data.jsonio import make_temp_beside
+
+    fd, tmp = make_temp_beside(path)  # umask permissions, hidden name cleaned by later runs
     os.close(fd)
     try:
         torch.save(obj, tmp)

@@ -90,6 +90,19 @@ class EngineStats:
 Decide = Callable[[list[StreamView]], Sequence[int | None]]
 
 
+def _limit_torch_threads(n: int):
+    """Cap torch's CPU threads (if torch is loaded); returns a function restoring the old value."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return lambda: None
+    old = torch.get_num_threads()
+    if n < old:
+        torch.set_num_threads(n)
+    return lambda: torch.set_num_threads(old)
+
+
 class RolloutEngine:
     def __init__(
         self,
@@ -142,6 +155,8 @@ class RolloutEngine:
             raise
 
     def close(self) -> None:
+        for w in self.workers:  # ask every worker first, so they shut down in parallel
+            w.request_close()
         for w in self.workers:
             w.close()
         self.workers = []
@@ -157,6 +172,14 @@ class RolloutEngine:
         return f"s{self._streams}:{tour_id}"
 
     # ------------------------------------------------------------------ running
+    def torch_threads_while_running(self) -> int:
+        """Threads the parent's torch should use on CPU while the workers render: the cores
+        the workers leave free (at least 1). More makes OpenMP threads spin against the
+        workers for the same cores, which slows every op by an order of magnitude."""
+        import os
+
+        return max(1, (os.cpu_count() or 1) - len(self.workers or range(self.num_envs)))
+
     def run(
         self,
         tours: Sequence[int],
@@ -175,6 +198,7 @@ class RolloutEngine:
             return
         self.start(len(queue))
         t0 = time.perf_counter()
+        restore = _limit_torch_threads(self.torch_threads_while_running()) if decide is not None else None
         try:
             if decide is None:
                 self._run_autonomous(queue, on_tour, on_progress)
@@ -182,6 +206,8 @@ class RolloutEngine:
                 self._run_lockstep(queue, decide, on_tour, on_stream_end, on_progress, on_final_view)
         finally:
             self.stats.wall_s += time.perf_counter() - t0
+            if restore is not None:
+                restore()
 
     def _run_autonomous(self, queue: deque, on_tour, on_progress) -> None:
         if self._spec["agent"] is None:

@@ -19,7 +19,6 @@ Each stage is timed (``timings``, ms summed) for the engine's latency breakdown.
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
 from typing import Any, Sequence
@@ -63,8 +62,12 @@ class ObservationPipeline:
             t = t.to(dtype)
         return t.to(self.device, non_blocking=True)
 
-    def __call__(self, views: Sequence[StreamView]) -> dict[str, Any]:
-        """Batch the views; returns tensors, masks, maps and features (what exists)."""
+    def __call__(self, views: Sequence[StreamView], feature_rows: Sequence[int] | None = None) -> dict[str, Any]:
+        """Batch the views; returns tensors, masks, maps and features (what exists).
+
+        The mapper sees every view (maps integrate oracle walks); the frozen encoders run only
+        on ``feature_rows`` (all rows when None): ``depth_features``/``rgb_features`` then hold
+        those rows, in that order, and ``feature_rows`` says which they are."""
         out: dict[str, Any] = {"streams": [v.stream_id for v in views]}
         with self._timed("batch"):
             out["episode_start"] = torch.tensor([bool(v.info["episode_memory_reset"]) for v in views], device=self.device)
@@ -84,12 +87,17 @@ class ObservationPipeline:
                     out["episode_start"], out["tour_start"], scans=[v.scan for v in views],
                 )
             out.update(maps)
-        if self.depth_encoder is not None or self.rgb_encoder is not None:
+        rows = list(range(len(views))) if feature_rows is None else list(feature_rows)
+        out["feature_rows"] = rows
+        if (self.depth_encoder is not None or self.rgb_encoder is not None) and rows:
+            index = torch.tensor(rows, device=self.device) if len(rows) != len(views) else None
             with self._timed("encoders"), torch.no_grad():
                 if self.depth_encoder is not None:
-                    out["depth_features"] = self.depth_encoder.features(out["depth"].float())
+                    depth = out["depth"] if index is None else out["depth"].index_select(0, index)
+                    out["depth_features"] = self.depth_encoder.features(depth.float())
                 if self.rgb_encoder is not None:
-                    out["rgb_features"] = self.rgb_encoder.features(out["rgb"])
+                    rgb = out["rgb"] if index is None else out["rgb"].index_select(0, index)
+                    out["rgb_features"] = self.rgb_encoder.features(rgb)
         return out
 
     def drop(self, stream: str) -> None:
@@ -106,6 +114,3 @@ def maps_per_view(batch: dict[str, Any]) -> list[dict[str, np.ndarray] | None]:
     sem = batch["semantic_map"].cpu().numpy()
     return [{"occupancy_map": occ[i], "semantic_map": sem[i]} for i in range(n)]
 
-
-def hfov_radians(degrees: float) -> float:
-    return math.radians(degrees)

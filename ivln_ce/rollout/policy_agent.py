@@ -30,10 +30,15 @@ def make_mapper(cfg: DictConfig, device: str | torch.device = "cpu"):
     from ivln_ce.mapping.mapper import Mapper
     from ivln_ce.models.factory import load_segmenter
 
-    known = KnownMaps(cfg.mapping.known_maps_dir) if cfg.mapping.mode.value == "known" else None
+    known = KnownMaps(cfg.mapping.known_maps_dir, known_map_source(cfg)) if cfg.mapping.mode.value == "known" else None
     segmenter = load_segmenter(cfg.mapping, device)
     return Mapper(cfg.mapping, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth, cfg.simulator.sensor_height,
                   segmenter=segmenter, known_maps=known, device=device)
+
+
+def known_map_source(cfg: DictConfig) -> str:
+    """The known-map folder matching the semantics (SPEC §1.8): GT or RedNet-predicted labels."""
+    return "gt_semantics" if cfg.mapping.semantics.value == "gt" else "predicted_semantics"
 
 
 def required_sensors(cfg: DictConfig) -> set[str]:
@@ -85,12 +90,27 @@ class PolicyAgent:
                 agent.image_needs.add("semantic" if cfg.mapping.semantics.value == "gt" else "rgb")
         return agent
 
-    def observations(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        obs = {"instruction": batch["instruction"], "depth_features": batch["depth_features"]}
+    @property
+    def every_step(self) -> bool:
+        """Whether the policy must run on oracle steps too: tour memories (TourCMA's GRUs,
+        PoolCMA's M) integrate them. CMA and MAP-CMA reset their state at the next agent
+        step (agent mask 0), so their outputs on oracle steps are discarded unread."""
+        return getattr(self.policy.net, "variant", "cma") in ("tourcma", "poolcma", "poolendcma")
+
+    def rows(self, views: Sequence[StreamView]) -> list[int]:
+        """The rows of a tick the policy runs on."""
+        if self.every_step:
+            return list(range(len(views)))
+        return [i for i, v in enumerate(views) if v.info["produce_action"]]
+
+    def observations(self, batch: dict[str, Any], rows: list[int]) -> dict[str, torch.Tensor]:
+        """The policy's inputs for ``rows`` (the features already hold exactly those rows)."""
+        index = torch.tensor(rows, device=self.device)
+        obs = {"instruction": batch["instruction"].index_select(0, index), "depth_features": batch["depth_features"]}
         if self.rgb_encoder is not None:
             obs["rgb_features"] = batch["rgb_features"]
         if self.uses_maps:
-            obs["map"] = batch["map"]
+            obs["map"] = batch["map"].index_select(0, index)
         return obs
 
     def _generator(self, stream: str) -> torch.Generator:
@@ -106,16 +126,23 @@ class PolicyAgent:
 
     @torch.no_grad()
     def act(self, views: Sequence[StreamView], batch: dict[str, Any]) -> list[int]:
+        """Actions for every view (0 where the policy did not run: oracle steps, ignored)."""
         t = time.perf_counter()
-        streams = batch["streams"]
-        actions, _, _ = self.policy.act(self.observations(batch), self.state, streams, batch["episode_start"],
-                                        batch["tour_start"], deterministic=True)
-        if not self.deterministic:
-            logits = self.policy.last_logits
-            probs = torch.softmax(logits.float(), dim=1).cpu()
-            actions = torch.stack([torch.multinomial(probs[i], 1, generator=self._generator(s))[0] for i, s in enumerate(streams)])
-        out = [int(a) for a in actions.cpu()]
-        self.record(streams, out)
+        rows = batch["feature_rows"]
+        out = [0] * len(views)
+        if rows:
+            streams = [batch["streams"][i] for i in rows]
+            index = torch.tensor(rows, device=self.device)
+            actions, _, _ = self.policy.act(self.observations(batch, rows), self.state, streams,
+                                            batch["episode_start"].index_select(0, index), batch["tour_start"].index_select(0, index),
+                                            deterministic=True)
+            if not self.deterministic:
+                probs = torch.softmax(self.policy.last_logits.float(), dim=1).cpu()
+                actions = torch.stack([torch.multinomial(probs[i], 1, generator=self._generator(s))[0] for i, s in enumerate(streams)])
+            chosen = [int(a) for a in actions.cpu()]
+            self.record(streams, chosen)
+            for i, a in zip(rows, chosen):
+                out[i] = a
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.timings["policy"] = self.timings.get("policy", 0.0) + 1e3 * (time.perf_counter() - t)

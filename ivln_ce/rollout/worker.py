@@ -139,10 +139,16 @@ class _Runner:
 
 
 def worker_main(conn: Connection, spec: WorkerSpec) -> None:
-    """Entry point of a worker process."""
+    """Entry point of a worker process. The tours and references arrive over the pipe after
+    start-up (``("init", items, references)``), not as process arguments: a child that dies
+    while starting then shows as a broken pipe in the parent instead of a blocked write."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
     runner = None
     try:
+        cmd = conn.recv()
+        if cmd[0] != "init":
+            raise ValueError(f"worker expected 'init' first, got {cmd[0]!r}")
+        spec.items, spec.references = cmd[1], cmd[2]
         runner = _Runner(spec)
         conn.send(("ready", {"pid": os.getpid(), "torch_loaded": "torch" in sys.modules,
                              "navmesh": getattr(runner.sim, "navmesh_source", None)}))
@@ -181,13 +187,18 @@ class EnvWorker:
     """The parent's handle on one worker process."""
 
     def __init__(self, ctx, spec: WorkerSpec):
+        import dataclasses
+
         self.index = spec.index
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker_main, args=(child, spec), daemon=True, name=f"ivln-env-{spec.index}")
+        small = dataclasses.replace(spec, items=[], references={})
+        self.process = ctx.Process(target=worker_main, args=(child, small), daemon=True, name=f"ivln-env-{spec.index}")
         self.process.start()
         child.close()
         self.tour: str | None = None  # the tour it is running, for error messages
         self.info: dict = {}
+        self._close_sent = False
+        self.send("init", spec.items, spec.references)
 
     def send(self, *cmd) -> None:
         try:
@@ -226,12 +237,17 @@ class EnvWorker:
             return self._take()
         self._raise_dead()
 
-    def close(self, timeout: float = 10.0) -> None:
-        if self.process.is_alive():
+    def request_close(self) -> None:
+        if self.process.is_alive() and not self._close_sent:
             try:
                 self.conn.send(("close",))
             except (BrokenPipeError, OSError):
                 pass
+            self._close_sent = True
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self.process.is_alive():
+            self.request_close()
             self.process.join(timeout)
         if self.process.is_alive():
             self.process.terminate()

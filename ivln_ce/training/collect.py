@@ -1,0 +1,254 @@
+"""DAgger / teacher-forcing collection on the rollout engine (SPEC §9.2, §9.5, §9.6).
+
+Collection drives the same engine as evaluation, with an expert override: at every agent
+step, independently per stream, the expert's action (the ``shortest_path_sensor``) is
+executed with probability beta, otherwise the policy's *sampled* action. What is stored per
+agent step (``produce_action``; oracle steps are never stored): the frozen encoders'
+features (``depth_features``, ``rgb_features`` for the latent models), the egocentric maps
+for MAP-CMA (``occupancy_map``, ``semantic_map``, built by the mapper with its mode's resets,
+oracle walks included in iterative mode), ``progress``, the expert label ``oracle_actions``
+(always the expert's, whatever was executed) and ``prev_actions`` (the action executed at
+the previous agent step; -1 at t = 0, where the mask forces the "start" embedding). An
+episode is written when its agent phase ends.
+
+Rounds are planned deterministically: ``plan_round`` shuffles the items with (seed, round)
+and takes whole tours (or episodes) until ``update_size`` episodes are covered, and every
+stream samples and flips its coins from generators seeded by (seed, round, tour), so the
+collected set does not depend on the number of environments or ranks (with the fixed
+profile's eval-mode collection). Each episode's ``order`` key places it canonically.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ivln_ce.data.episodes import Episode as DataEpisode
+from ivln_ce.data.tours import Tour
+from ivln_ce.env.tour_env import TourItem
+from ivln_ce.rollout.engine import RolloutEngine, StreamView
+from ivln_ce.training.store import Episode, TrajectoryWriter
+
+
+def beta_for_round(p: float, k: int, warm_started: bool) -> float:
+    """beta_k = p^k; officially p^(k+1) when training starts from a loaded checkpoint (T6)."""
+    return float(p) ** (k + 1 if warm_started else k)
+
+
+def episodic_items(episodes: Sequence[DataEpisode]) -> list[TourItem]:
+    """Every episode as its own one-episode tour: the episodic runner."""
+    return [TourItem(Tour(f"ep{e.episode_id}", e.scan, (e.episode_id,)), [e]) for e in episodes]
+
+
+def chained_items(episodes: Sequence[DataEpisode], seed: int, round_: int) -> list[TourItem]:
+    """Defect P6 (official iterative-maps fine-tuning): the split's episodes without tours,
+    shuffled and grouped by scene, run as one long chain through the iterative runner, so the
+    oracle walks between unrelated episodes (across scene switches) and the map is cleared
+    only at the start of the round."""
+    rng = np.random.default_rng([seed, round_, 6])
+    by_scan: dict[str, list[DataEpisode]] = {}
+    for e in episodes:
+        by_scan.setdefault(e.scan, []).append(e)
+    scans = list(by_scan)
+    rng.shuffle(scans)
+    chain = []
+    for s in scans:
+        eps = by_scan[s]
+        chain += [eps[i] for i in rng.permutation(len(eps))]
+    return [TourItem(Tour(f"chain{round_}", chain[0].scan if chain else "", tuple(e.episode_id for e in chain)), chain)]
+
+
+def plan_round(items: Sequence[TourItem], update_size: int, seed: int, round_: int, shuffle: bool = True) -> list[int]:
+    """Indices of the items collected in round ``round_``: a seeded shuffle, then whole items
+    until ``update_size`` episodes are covered (0 = all)."""
+    order = list(range(len(items)))
+    if shuffle:
+        order = [int(i) for i in np.random.default_rng([seed, round_, 9]).permutation(len(items))]
+    if update_size <= 0:
+        return order
+    out, total = [], 0
+    for i in order:
+        if total >= update_size:
+            break
+        out.append(i)
+        total += len(items[i].episodes)
+    return out
+
+
+def _stream_key(tour_id: str) -> int:
+    return int(tour_id) if tour_id.isdigit() else sum((k + 1) * ord(c) for k, c in enumerate(tour_id))
+
+
+@dataclass
+class CollectStats:
+    episodes: int = 0
+    steps: int = 0
+    expert_steps: int = 0
+    agrees: int = 0  # policy choice == expert label, over agent steps where the policy ran
+    decided: int = 0
+    seconds: float = 0.0
+
+
+class CollectDriver:
+    """``decide`` for collection: features and maps from the pipeline, the policy's sampled
+    actions with the beta override, per-stream episode buffers written to the store."""
+
+    def __init__(self, policy, pipeline, writer: TrajectoryWriter, beta: float, seed: int, round_: int,
+                 order_of: dict[str, int], run_policy: bool = True, bn_train_mode: bool = False):
+        from ivln_ce.models.cma import PolicyState
+
+        self.policy, self.pipeline, self.writer = policy, pipeline, writer
+        self.beta, self.seed, self.round = beta, seed, round_
+        self.order_of = order_of  # tour id -> its position in the round's plan
+        self.run_policy = run_policy
+        self.bn_train_mode = bn_train_mode
+        self.state = PolicyState()
+        self.buffers: dict[str, dict[str, Any]] = {}
+        self.positions: dict[str, int] = {}  # episodes begun per stream: the position in its tour
+        self.rngs: dict[str, np.random.Generator] = {}
+        self.stats = CollectStats()
+        self.maps_needed = hasattr(policy.net, "map_encoder")
+        self.rgb_needed = getattr(policy.net, "rgb_encoder", None) is not None
+
+    def _rng(self, view: StreamView) -> np.random.Generator:
+        g = self.rngs.get(view.stream_id)
+        if g is None:
+            g = np.random.default_rng([self.seed, self.round, _stream_key(view.tour_id), 17])
+            self.rngs[view.stream_id] = g
+        return g
+
+    def _flush(self, view: StreamView, episode_id: str) -> None:
+        buf = self.buffers.pop(view.stream_id, None)
+        if not buf or buf["episode_id"] != episode_id or not buf["steps"]:
+            return
+        steps = buf["steps"]
+        fields = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
+        T = len(steps)
+        meta = {"episode_id": episode_id, "tour_id": view.tour_id, "scan": view.scan, "steps": T, "round": self.round,
+                "order": [self.round, self.order_of.get(view.tour_id, 0), buf["position"]], "position": buf["position"]}
+        self.writer.append(Episode(meta, {"instruction": buf["instruction"]}, fields))
+        self.stats.episodes += 1
+        self.stats.steps += T
+
+    def _policy_rows(self, views: Sequence[StreamView]) -> list[int]:
+        """Rows the policy runs on: every row when tour memory or T3 (BatchNorm statistics of
+        the active workers) needs it, else the agent steps, where its action may be executed."""
+        if not self.run_policy:
+            return []
+        variant = getattr(self.policy.net, "variant", "cma")
+        if variant in ("tourcma", "poolcma", "poolendcma") or self.bn_train_mode:
+            return list(range(len(views)))
+        return [i for i, v in enumerate(views) if v.info["produce_action"]]
+
+    @torch.no_grad()
+    def decide(self, views: Sequence[StreamView]) -> list[int]:
+        agent_rows = [i for i, v in enumerate(views) if v.info["produce_action"]]
+        policy_rows = self._policy_rows(views)
+        rows = sorted(set(agent_rows) | set(policy_rows))
+        batch = self.pipeline(views, rows)
+        where = {r: n for n, r in enumerate(rows)}  # view row -> feature row
+        sampled: dict[int, int] = {}
+        if policy_rows:
+            index = torch.tensor(policy_rows, device=batch["instruction"].device)
+            frows = torch.tensor([where[r] for r in policy_rows], device=index.device)
+            obs = {"instruction": batch["instruction"].index_select(0, index),
+                   "depth_features": batch["depth_features"].index_select(0, frows)}
+            if self.rgb_needed:
+                obs["rgb_features"] = batch["rgb_features"].index_select(0, frows)
+            if self.maps_needed:
+                obs["map"] = batch["map"].index_select(0, index)
+            streams = [batch["streams"][i] for i in policy_rows]
+            self.policy.act(obs, self.state, streams, batch["episode_start"].index_select(0, index),
+                            batch["tour_start"].index_select(0, index), deterministic=True)
+            probs = torch.softmax(self.policy.last_logits.float(), dim=1).cpu().numpy().astype(np.float64)
+            for n, i in enumerate(policy_rows):
+                p = probs[n] / probs[n].sum()
+                sampled[i] = int(self._rng(views[i]).choice(4, p=p))
+        depth = batch["depth_features"].cpu().numpy() if rows else None
+        rgb = batch["rgb_features"].cpu().numpy() if (self.rgb_needed and rows) else None
+        occ = batch["occupancy_map"].cpu().numpy() if self.maps_needed else None
+        sem = batch["semantic_map"].cpu().numpy() if self.maps_needed else None
+        progress = batch["progress"].cpu().numpy()
+        executed = []
+        for i, v in enumerate(views):
+            info = v.info
+            if "metrics" in info:
+                self._flush(v, info["metrics_episode_id"])
+            if not info["produce_action"]:
+                executed.append(sampled.get(i, 0))  # ignored: the oracle acts
+                continue
+            expert = int(v.obs["expert_action"])
+            use_expert = self._rng(v).random() < self.beta
+            action = expert if (use_expert or i not in sampled) else sampled[i]
+            self.stats.expert_steps += int(use_expert)
+            if i in sampled:
+                self.stats.decided += 1
+                self.stats.agrees += int(sampled[i] == expert)
+            buf = self.buffers.get(v.stream_id)
+            eid = info["episode_id"]
+            if buf is None or buf["episode_id"] != eid:
+                position = self.positions.get(v.stream_id, -1) + 1
+                self.positions[v.stream_id] = position
+                buf = {"episode_id": eid, "steps": [], "prev": -1, "position": position,
+                       "instruction": np.asarray(v.obs["instruction"], dtype=np.int64)}
+                self.buffers[v.stream_id] = buf
+            f = where[i]
+            step = {"depth_features": depth[f], "progress": progress[i].reshape(1).astype(np.float32),
+                    "oracle_actions": np.int64(expert), "prev_actions": np.int64(buf["prev"]),
+                    "executed_actions": np.int64(action)}
+            if rgb is not None:
+                step["rgb_features"] = rgb[f]
+            if occ is not None:
+                step["occupancy_map"], step["semantic_map"] = occ[i].astype(np.uint8), sem[i].astype(np.uint8)
+            buf["steps"].append(step)
+            buf["prev"] = action
+            executed.append(action)
+        if policy_rows:
+            self.state.record_actions([batch["streams"][i] for i in policy_rows], [executed[i] for i in policy_rows])
+        return executed
+
+    def final(self, view: StreamView) -> None:
+        if "metrics" in view.info:
+            self._flush(view, view.info["metrics_episode_id"])
+
+    def drop(self, stream: str) -> None:
+        self.state.drop(stream)
+        self.buffers.pop(stream, None)
+        self.positions.pop(stream, None)
+        self.rngs.pop(stream, None)
+        self.pipeline.drop(stream)
+
+
+def collect_round(cfg, items: list[TourItem], plan: list[int], references, scenes_dir, policy, pipeline,
+                  writer: TrajectoryWriter, beta: float, round_: int, progress=None, full_plan: list[int] | None = None) -> CollectStats:
+    """Collect the items ``plan`` (this rank's share of the round's ``full_plan``) with
+    ``num_envs`` environments into ``writer``; order keys come from the full plan."""
+    order_of = {items[k].tour.tour_id: n for n, k in enumerate(full_plan if full_plan is not None else plan)}
+    run_policy = beta < 1.0 or bool(cfg.train.bn_train_mode)
+    policy.collection_mode() if hasattr(policy, "collection_mode") else policy.eval()
+    driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode))
+    keys = ["depth"]
+    if driver.rgb_needed:
+        keys.append("rgb")
+    if driver.maps_needed and cfg.mapping.mode.value != "known":
+        keys.append("semantic12" if cfg.mapping.semantics.value == "gt" else "rgb")
+    engine = RolloutEngine(items, cfg.simulator, cfg.env, references, scenes_dir, num_envs=min(int(cfg.train.num_envs), max(1, len(plan))),
+                           success_distance=cfg.metrics.success_distance, expert=True, obs_keys=sorted(set(keys)),
+                           seed=int(cfg.seed) + 1000 * round_)
+    t0 = time.perf_counter()
+    with engine:
+        engine.run(plan, driver.decide, on_stream_end=driver.drop, on_final_view=driver.final,
+                   on_progress=(lambda r, n: progress(r, n)) if progress is not None else None)
+    driver.stats.seconds = time.perf_counter() - t0
+    writer.sync()
+    policy.eval()
+    return driver.stats
+
+
+def accuracy(stats: CollectStats) -> float:
+    return stats.agrees / stats.decided if stats.decided else math.nan

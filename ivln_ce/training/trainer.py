@@ -1,0 +1,503 @@
+"""``ivln-ce train``: teacher forcing and DAgger for the CMA family and MAP-CMA (SPEC §9).
+
+A run alternates, for k = 0 .. ``train.iterations`` - 1, between
+
+1. **collection** (``training.collect``) on the rollout engine with beta_k = p^k (p^(k+1)
+   when warm-started, T6) into an aggregated trajectory store (``training.store``), and
+2. **training** for ``train.epochs`` epochs over everything collected so far: episodic batches
+   (``training.batching``; the official order behind ``train.official_batching``) or
+   tour-sequential lanes (``training.tour_sequential``), inflection-weighted cross entropy
+   plus the progress-monitor loss (``train.progress_weight``; T1 behind
+   ``train.pm_broadcast_bug``), one Adam step per batch,
+
+writing ``ckpt.{k * epochs + epoch}.pth`` after every epoch (the container of SPEC §1.9.1,
+readable by ``ivln-ce eval``), TensorBoard scalars on one step axis across rounds
+(``OUT/tb``), and ``train_summary.json``.
+
+Exact resume: ``OUT/resume.pt`` is written after every completed phase (a round's
+collection, an epoch, and every ``train.resume_every`` steps) with the weights, Adam state,
+counters and the store's cursor; collection and batch orders are pure functions of (seed,
+round, epoch) and every sampling generator is seeded the same way, so a run killed at any
+moment and restarted truncates the store to the cursor, replays from there and ends with the
+same weights as an uninterrupted run. A resume is refused when the run's fingerprint (config
+without cosmetic keys, data, code) differs from the one that started ``OUT``.
+
+Under torchrun every rank collects its share of a round's tours into its own store shard and
+trains on its slice of every global batch; gradients are averaged and trainable BatchNorm
+statistics cover the global batch (``training.distributed``), so N ranks compute what one
+process computes with the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from ivln_ce import fingerprint as fpr
+from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, resolved
+from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
+from ivln_ce.data.tours import evaluation_order, load_tours
+from ivln_ce.env.tour_env import TourItem
+from ivln_ce.training import distributed as ddp
+from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
+from ivln_ce.training.collect import beta_for_round, chained_items, collect_round, episodic_items, plan_round
+from ivln_ce.training.store import TrajectoryStore, TrajectoryWriter
+
+log = logging.getLogger(__name__)
+
+RESUME_FILE = "resume.pt"
+COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits",
+                       "train.device")
+
+
+class TrainError(RuntimeError):
+    pass
+
+
+@dataclass
+class RunState:
+    round: int = 0
+    collected: bool = False
+    epoch: int = 0  # epochs finished in this round
+    step: int = 0  # optimizer steps in total
+    batch: int = 0  # batches finished in the current epoch (mid-epoch resume points)
+    store: dict[str, int] = field(default_factory=dict)
+    episodes_collected: int = 0
+    steps_collected: int = 0
+    done: bool = False
+    checkpoints: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainingData:
+    items: list[TourItem]
+    episodes: list
+    references: dict
+    scenes_dir: Path
+    vocab_size: int
+    files: dict[str, str]
+
+
+def _fmt(template: str, split: str) -> str:
+    return template.replace("{split}", split)
+
+
+def load_training_data(cfg: DictConfig) -> TrainingData:
+    split = cfg.train.split
+    episodes_file = _fmt(cfg.data.episodes, split)
+    ds = load_episodes(episodes_file)
+    files = {"episodes": episodes_file}
+    keep = [str(t) for t in cfg.train.tours] or None
+    if cfg.train.use_tours or keep:
+        tours = load_tours(cfg.data.tours, split)
+        if keep:
+            unknown = sorted(set(keep) - {t.tour_id for t in tours})
+            if unknown:
+                raise ConfigError(f"train.tours: no tour(s) {unknown[:10]} in split {split!r} of {cfg.data.tours}")
+        items = [TourItem(t, eps) for t, eps in evaluation_order(ds, tours, tour_ids=keep)]
+        files["tours"] = str(cfg.data.tours)
+        if not items:
+            raise TrainError(f"split {split!r} of {cfg.data.tours} has no tour with episodes in {episodes_file}")
+        if not cfg.train.use_tours:  # episodic training on the episodes of the chosen tours
+            items = episodic_items([e for it in items for e in it.episodes])
+    else:
+        items = episodic_items(list(ds))
+    ref_file = Path(_fmt(cfg.data.reference_trajectories, split))
+    refs = load_reference_trajectories(ref_file) if ref_file.exists() else {}
+    files["references"] = str(ref_file)
+    vocab = ds.vocab
+    vocab_size = len(vocab) if vocab is not None else 1 + max((t for e in ds for t in e.instruction_tokens), default=0)
+    return TrainingData(items, list(ds), refs, Path(cfg.data.scenes_dir), vocab_size, files)
+
+
+def check_train_config(cfg: DictConfig) -> None:
+    tc = cfg.train
+    if cfg.policy.name == PolicyName.none:
+        raise ConfigError("ivln-ce train needs policy.name (cma, tour_cma, pool_cma, pool_end_cma or map_cma)")
+    if tc.trainer == TrainerKind.tour_sequential:
+        if not tc.use_tours:
+            raise ConfigError("train.trainer=tour_sequential needs train.use_tours=true")
+        if tc.p != 1.0 or tc.iterations != 1:
+            raise ConfigError("train.trainer=tour_sequential is teacher forcing: train.p=1 and train.iterations=1")
+    if cfg.policy.name == PolicyName.map_cma:
+        need = {"depth"} | (set() if cfg.mapping.mode == MapMode.known else ({"semantic"} if cfg.mapping.semantics.value == "gt" else {"rgb"}))
+    else:
+        need = {"depth", "rgb"}
+    missing = need - set(cfg.simulator.sensors)
+    if missing:
+        raise ConfigError(f"policy.name={cfg.policy.name.value} needs simulator.sensors to include {sorted(missing)}")
+    if tc.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={tc.device} but torch sees no CUDA device; use train.device=cpu")
+
+
+def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
+    config = fpr.fingerprint_config(resolved(cfg))
+    tree = json.loads(json.dumps(resolved(cfg)))
+    for key in COSMETIC_TRAIN_KEYS:
+        fpr._drop(tree, key)
+    config["train"] = tree.get("train", {})
+    for key in ("eval",):
+        config.pop(key, None)
+    files = dict(data.files)
+    files.update(checkpoint=cfg.policy.checkpoint, ddppo_weights=cfg.policy.ddppo_weights, rgb_weights=cfg.policy.rgb_weights,
+                 embeddings=cfg.policy.embeddings)
+    if cfg.policy.name == PolicyName.map_cma and cfg.mapping.semantics.value == "rednet":
+        files["rednet"] = cfg.mapping.rednet_checkpoint
+    scenes = fpr.scene_digests(data.scenes_dir, sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items}))
+    return fpr.digest({"config": config, "files": fpr.data_files(files), "scenes": scenes, "code": fpr.code_digest(),
+                       "version": fpr.ivln_ce.__version__})
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _rng_state() -> dict:
+    import random
+
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path`` (umask permissions), then rename."""
+    from ivln_ce.data.jsonio import make_temp_beside
+
+    fd, tmp = make_temp_beside(path)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_resume(out: Path, fingerprint: str, state: RunState, policy, opt) -> None:
+    atomic_torch_save({"fingerprint": fingerprint, "state": asdict(state), "policy": policy.state_dict(),
+                       "optim": opt.state_dict(), "rng": {"torch": torch.get_rng_state()}}, out / RESUME_FILE)
+
+
+def load_resume(out: Path, fingerprint: str, policy, opt) -> RunState | None:
+    from ivln_ce.models.official_weights import read_checkpoint
+
+    f = out / RESUME_FILE
+    if not f.exists():
+        return None
+    saved = read_checkpoint(f)
+    if saved.get("fingerprint") != fingerprint:
+        raise TrainError(f"{out} holds a training run started with other inputs (config, data or code differ); "
+                         f"resume it with the same inputs, or train into another train.out_dir")
+    policy.load_state_dict(saved["policy"])
+    opt.load_state_dict(saved["optim"])
+    torch.set_rng_state(saved["rng"]["torch"])
+    return RunState(**saved["state"])
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def batch_losses(policy, batch: Batch, progress_weight: float, global_episodes: int, global_valid: int, world: int) -> dict[str, torch.Tensor]:
+    """Losses of a rank's slice, scaled so that averaging gradients over ranks gives the
+    gradient of the global batch's mean loss (SPEC §9.4)."""
+    obs = dict(batch.observations)
+    logits, progress, _ = policy.forward_sequence(obs, batch.prev_actions, batch.masks, batch.masks)
+    ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
+    per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)
+    action = per_episode.sum() * world / global_episodes
+    out = {"action_loss": action}
+    if progress_weight > 0:
+        if getattr(policy, "pm_broadcast_bug", False):
+            pm = policy.progress_loss(progress.flatten(), batch.progress.flatten(), batch.valid.flatten())
+        else:
+            v = batch.valid
+            pm = ((progress[v] - batch.progress[v]) ** 2).sum() * world / max(global_valid, 1)
+        out["progress_loss"] = pm
+        out["loss"] = action + progress_weight * pm
+    else:
+        out["loss"] = action
+    with torch.no_grad():
+        pred = logits.argmax(-1)
+        out["correct"] = (pred == batch.expert)[batch.valid].sum().float()
+        out["valid"] = batch.valid.sum().float()
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _StoreDataset(torch.utils.data.Dataset):
+    def __init__(self, store: TrajectoryStore, order: list[int]):
+        self.store, self.order = store, order
+
+    def __len__(self):
+        return len(self.order)
+
+    def __getitem__(self, i):
+        return self.store[self.order[i]]
+
+
+def canonical_order(store: TrajectoryStore) -> list[int]:
+    """Store indices sorted by the episodes' ``order`` key (round, plan position, position in
+    the tour): independent of how many environments or ranks collected them."""
+    keys = [tuple(store.meta(i)["order"]) for i in range(len(store))]
+    return sorted(range(len(store)), key=lambda i: keys[i])
+
+
+def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the training of ``cfg``; returns the summary (also on every rank)."""
+    check_train_config(cfg)
+    tc = cfg.train
+    out = Path(tc.out_dir)
+    device = tc.device
+    rank, world = ddp.init_from_env(device)
+    if device == "cuda" and world > 1:
+        device = f"cuda:{ddp.world()[2]}"
+    torch.manual_seed(int(cfg.seed))
+    data = load_training_data(cfg)
+    fingerprint = training_fingerprint(cfg, data)
+    from ivln_ce.models.factory import build_policy, save_checkpoint
+
+    policy, reports = build_policy(cfg.policy, data.vocab_size, cfg.train, device)
+    for r in reports:
+        log.info("%s", r)
+    if world > 1:
+        ddp.sync_batchnorm(policy)
+        if tc.batch_size % world:
+            raise ConfigError(f"train.batch_size={tc.batch_size} must be a multiple of the {world} ranks (each takes an equal slice)")
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=float(tc.lr))
+    out.mkdir(parents=True, exist_ok=True)
+    state = load_resume(out, fingerprint, policy, opt) if (out / RESUME_FILE).exists() else None
+    resumed = state is not None
+    state = state or RunState()
+    store_dir = out / "store"
+    if resumed and rank == 0 and store_dir.exists():
+        TrajectoryStore(store_dir).truncate(state.store)
+    elif not resumed and rank == 0 and store_dir.exists():
+        import shutil
+
+        shutil.rmtree(store_dir)  # a store without a resume file belongs to no recoverable run
+    ddp.barrier()
+    writer = None
+    if rank == 0:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tb"), purge_step=state.step if resumed else None)
+        (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
+    warm = bool(cfg.policy.checkpoint)
+    t_start = time.perf_counter()
+    pipeline = _pipeline(cfg, policy, device)
+    stop = False
+    for k in range(state.round, int(tc.iterations)):
+        if state.done or stop:
+            break
+        beta = beta_for_round(float(tc.p), k, warm)
+        if not state.collected:
+            items = data.items
+            if cfg.policy.name == PolicyName.map_cma and cfg.mapping.mode == MapMode.iterative and not tc.itmaps_ft_on_tours and not tc.use_tours:
+                items = chained_items(data.episodes, int(cfg.seed), k)  # P6
+            plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=True)
+            from ivln_ce.evaluation.evaluator import shard
+
+            mine = shard(items, plan, world)[rank] if world > 1 else plan
+            mine = [i for i in plan if i in set(mine)]
+            bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"collect round {k} (beta {beta:.3f})", unit="ep",
+                       file=sys.stderr, disable=(not show_progress) or None)
+
+            def progress(result, n):
+                if result is not None:
+                    bar.update(len(result.episodes))
+
+            with TrajectoryWriter(store_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w:
+                stats = collect_round(cfg, items, mine, data.references, data.scenes_dir, policy, pipeline, w, beta, k, progress,
+                                      full_plan=plan)
+            bar.close()
+            ddp.barrier()
+            store = TrajectoryStore(store_dir)
+            state.collected = True
+            state.store = store.lengths()
+            state.episodes_collected = len(store)
+            state.steps_collected = store.total_steps()
+            if writer is not None:
+                writer.add_scalar("train/beta", beta, state.step)
+                writer.add_scalar("train/episodes_collected", state.episodes_collected, state.step)
+                writer.add_scalar("train/steps_collected", state.steps_collected, state.step)
+                writer.add_scalar("train/collect_steps_per_s", stats.steps / max(stats.seconds, 1e-9), state.step)
+            if rank == 0:
+                save_resume(out, fingerprint, state, policy, opt)
+            ddp.barrier()
+        store = TrajectoryStore(store_dir)
+        order = canonical_order(store)
+        for e in range(state.epoch, int(tc.epochs)):
+            if tc.trainer == TrainerKind.tour_sequential:
+                from ivln_ce.training.tour_sequential import train_tour_epoch
+
+                stop = train_tour_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
+                                        lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank))
+            else:
+                stop = _train_episodic_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
+                                             lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank))
+            index = k * int(tc.epochs) + e
+            if rank == 0:
+                path = save_checkpoint(out / f"ckpt.{index}.pth", policy, _plain_state_config(cfg), opt.state_dict(),
+                                       dagger_it=k, epoch=e, step_id=state.step)
+                state.checkpoints.append(path.name)
+            state.epoch, state.batch = e + 1, 0
+            if rank == 0:
+                save_resume(out, fingerprint, state, policy, opt)
+                _evaluate_checkpoint(cfg, out, index, writer)
+            ddp.barrier()
+            if stop:
+                break
+        if not stop:
+            state.round, state.collected, state.epoch = k + 1, False, 0
+            if rank == 0:
+                save_resume(out, fingerprint, state, policy, opt)
+    state.done = True
+    summary = {
+        "policy": cfg.policy.name.value,
+        "rounds": state.round,
+        "optimizer_steps": state.step,
+        "episodes_collected": state.episodes_collected,
+        "steps_collected": state.steps_collected,
+        "checkpoints": state.checkpoints,
+        "stopped_by_max_steps": bool(stop),
+        "resumed": resumed,
+        "seconds_this_run": round(time.perf_counter() - t_start, 1),
+        "fingerprint": fingerprint,
+        "world_size": world,
+        "load_reports": [str(r) for r in reports],
+    }
+    if rank == 0:
+        save_resume(out, fingerprint, state, policy, opt)
+        summary["store_bytes"] = sum(p.stat().st_size for p in store_dir.glob("*") if p.is_file())
+        (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+        if writer is not None:
+            writer.close()
+    return summary
+
+
+def _plain_state_config(cfg: DictConfig) -> dict:
+    return resolved(cfg)
+
+
+def _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank) -> None:
+    every = int(cfg.train.resume_every)
+    if every and state.step % every == 0 and rank == 0:
+        save_resume(out, fingerprint, state, policy, opt)
+
+
+def _pipeline(cfg: DictConfig, policy, device: str):
+    from ivln_ce.rollout.observations import ObservationPipeline
+    from ivln_ce.rollout.policy_agent import make_mapper
+
+    net = policy.net
+    mapper = make_mapper(cfg, device) if hasattr(net, "map_encoder") else None
+    keys = ["depth"] + (["rgb"] if getattr(net, "rgb_encoder", None) is not None else [])
+    if mapper is not None and cfg.mapping.mode != MapMode.known:
+        keys.append("semantic12" if cfg.mapping.semantics.value == "gt" else "rgb")
+    return ObservationPipeline(device, mapper=mapper, image_keys=sorted(set(keys)), depth_encoder=net.depth_encoder,
+                               rgb_encoder=getattr(net, "rgb_encoder", None))
+
+
+def _batches(cfg: DictConfig, store: TrajectoryStore, order: list[int], k: int, e: int) -> list[list[int]]:
+    tc = cfg.train
+    if tc.official_batching:
+        return official_batches(len(order), int(tc.batch_size), int(cfg.seed), k, e)
+    return bucketed_batches([store.steps(i) for i in order], int(tc.batch_size), int(cfg.seed), k, e)
+
+
+def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunState, k, e, writer, rank, world, show_progress, resume_point) -> bool:
+    """One epoch of episodic batches; returns True when ``train.max_steps`` stopped it."""
+    tc = cfg.train
+    batches = _batches(cfg, store, order, k, e)
+    device = next(policy.parameters()).device
+    dataset = _StoreDataset(store, order)
+    mine = [_slice(b, rank, world) for b in batches]
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=mine[state.batch:], num_workers=int(tc.loader_workers),
+        collate_fn=lambda eps: collate(eps, float(tc.inflection_weight)), persistent_workers=False)
+    policy.train()
+    bar = tqdm(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs}", unit="batch", file=sys.stderr,
+               disable=(not show_progress or rank != 0) or None)
+    t0 = time.perf_counter()
+    for j, batch in enumerate(loader, start=state.batch):
+        batch = batch.to(device)
+        glob = batches[j]
+        global_valid = int(sum(store.steps(order[i]) for i in glob))
+        losses = batch_losses(policy, batch, float(tc.progress_weight), len(glob), global_valid, world)
+        opt.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        ddp.allreduce_gradients(params)
+        opt.step()
+        state.step += 1
+        state.batch = j + 1
+        if writer is not None:
+            _log_step(writer, losses, state.step, world, len(glob), time.perf_counter() - t0, j + 1 - 0)
+        bar.update()
+        resume_point()
+        if tc.max_steps and state.step >= int(tc.max_steps):
+            bar.close()
+            return True
+    bar.close()
+    return False
+
+
+def _slice(batch: list[int], rank: int, world: int) -> list[int]:
+    n = len(batch) // world
+    return batch[rank * n:(rank + 1) * n] if world > 1 else list(batch)
+
+
+def _log_step(writer, losses: dict, step: int, world: int, global_episodes: int, elapsed: float, batches: int) -> None:
+    """Scalars on the global step axis (rank 0 logs its slice's values, scaled to global means)."""
+    scale = 1.0 / world
+    writer.add_scalar("train/loss", float(losses["loss"].detach()) * scale, step)
+    writer.add_scalar("train/action_loss", float(losses["action_loss"].detach()) * scale, step)
+    if "progress_loss" in losses:
+        writer.add_scalar("train/progress_loss", float(losses["progress_loss"].detach()) * scale, step)
+    if float(losses["valid"]) > 0:
+        writer.add_scalar("train/action_accuracy", float(losses["correct"] / losses["valid"]), step)
+    writer.add_scalar("train/steps_per_s", batches / max(elapsed, 1e-9), step)
+
+
+def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None:
+    """Evaluate a new checkpoint on ``train.eval_splits`` and log ``eval_{split}_{metric}``."""
+    if not cfg.train.eval_splits:
+        return
+    from ivln_ce.config import load_config
+    from ivln_ce.evaluation.evaluator import evaluate
+
+    for split in cfg.train.eval_splits:
+        ecfg = load_config(None, _overrides(resolved(cfg)) + [f"eval.split={split}", "eval.agent=policy",
+                                                               f"policy.checkpoint={out / f'ckpt.{index}.pth'}",
+                                                               f"results_dir={out / 'eval'}", f"eval.num_envs={cfg.train.num_envs}",
+                                                               f"eval.device={cfg.train.device}", "eval.tours=[]", "eval.label=''"])
+        summary = evaluate(ecfg, show_progress=False)
+        if writer is not None and summary is not None:
+            for metric in ("tndtw", "success", "spl", "ndtw", "oracle_success", "distance_to_goal", "path_length"):
+                v = summary.get(metric)
+                if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                    writer.add_scalar(f"eval_{split}_{metric}", float(v), index + 1)
+
+
+def _overrides(tree: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.extend(_overrides(v, key + "."))
+        else:
+            out.append(f"{key}={json.dumps(v)}")
+    return out

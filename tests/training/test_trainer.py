@@ -1,0 +1,258 @@
+"""Training end to end on the tiny benchmark: what is stored, independence of the number of
+environments, kill-and-resume exactness, data parallelism, tour-sequential training, and
+checkpoints the evaluator reads."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="training needs torch")
+
+from ivln_ce.config import load_config  # noqa: E402
+from ivln_ce.training.store import TrajectoryStore  # noqa: E402
+from ivln_ce.training.trainer import canonical_order, train  # noqa: E402
+
+SMALL = ["policy.depth_backbone=small", "policy.rgb_depth=18", "simulator.renderer=auto",
+         *[f"simulator.{s}.{d}=48" for s in ("rgb", "depth", "semantic") for d in ("width", "height")]]
+
+
+def latent(data, out, *extra):
+    return [f"data.root={data}", f"results_dir={out}", "policy.name=cma", "simulator.sensors=[rgb,depth]", *SMALL,
+            "train.batch_size=2", "train.epochs=1", "env.oracle_phases=false", *extra]
+
+
+def store_arrays(out):
+    store = TrajectoryStore(out / "store")
+    eps = [store[i] for i in canonical_order(store)]
+    return [(e.meta["episode_id"], {k: np.asarray(v) for k, v in e.steps.items()}) for e in eps]
+
+
+def test_stored_labels_are_the_experts_whatever_was_executed(tiny_benchmark, tmp_path):
+    """beta = 0: the random policy acts; every stored label must equal what the expert says at
+    that pose. Checked by replaying the executed actions in a fresh environment."""
+    from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
+    from ivln_ce.data.tours import Tour
+    from ivln_ce.env.tour_env import TourEnv, TourItem
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    # round 0 has beta = p^0 = 1 (the expert acts), round 1 beta = 0 (the random policy acts)
+    cfg = load_config(None, latent(tiny_benchmark, tmp_path / "b0", "train.p=0.0", "train.iterations=2", "train.update_size=3"))
+    summary = train(cfg, show_progress=False)
+    assert summary["rounds"] == 2 and summary["checkpoints"] == ["ckpt.0.pth", "ckpt.1.pth"]
+    stored = store_arrays(tmp_path / "b0")
+    ds = load_episodes(tiny_benchmark / "datasets/R2R_VLNCE_v1-3_preprocessed/train/train.json.gz")
+    refs = load_reference_trajectories(tiny_benchmark / "datasets/R2R_VLNCE_v1-3_preprocessed/train/train_gt.json.gz")
+    differed = 0
+    for eid, steps in stored:
+        ep = ds[eid]
+        sim = EmbeddedSimulator(cfg.simulator)
+        env = TourEnv(sim, [TourItem(Tour("x", ep.scan, (eid,)), [ep])], cfg.env, refs, tiny_benchmark / "scene_datasets", expert=True)
+        obs, info = env.reset(options={"tour": 0})
+        executed = steps["executed_actions"]
+        for t, a in enumerate(executed):
+            assert steps["oracle_actions"][t] == obs["expert_action"], (eid, t)
+            assert steps["prev_actions"][t] == (executed[t - 1] if t else -1)
+            assert abs(float(steps["progress"][t][0]) - float(obs["progress"][0])) < 1e-6
+            obs, _, _, _, info = env.step(int(a))
+        assert info["agent_done"]  # the stored steps are exactly the agent phase
+        differed += int(np.any(executed != steps["oracle_actions"]))
+        sim.close()
+    assert differed > 0  # the policy's actions were executed (round 1 has beta = 0)
+
+
+def test_collection_does_not_depend_on_the_number_of_environments(tiny_benchmark, tmp_path):
+    runs = []
+    for k in (1, 3):
+        out = tmp_path / f"k{k}"
+        train(load_config(None, latent(tiny_benchmark, out, "train.p=0.5", "train.update_size=4", f"train.num_envs={k}",
+                                       "train.max_steps=1")), show_progress=False)
+        runs.append(store_arrays(out))
+    assert [e for e, _ in runs[0]] == [e for e, _ in runs[1]] and len(runs[0]) >= 4
+    for (_, a), (_, b) in zip(*runs):
+        assert a.keys() == b.keys()
+        for k in a:
+            if k.endswith("_features"):  # the frozen encoders' convolutions block by batch size: 1 fp16 ulp
+                assert np.allclose(a[k].astype(np.float32), b[k].astype(np.float32), rtol=2e-3, atol=2e-3), k
+            else:  # labels, actions, progress, instruction: exactly the same
+                assert np.array_equal(a[k], b[k]), k
+
+
+TRAIN_SCRIPT = textwrap.dedent("""
+    import sys
+    from ivln_ce.cli import main
+    sys.exit(main(["train", "--config", "configs/default.yaml", *sys.argv[1:]]))
+""")
+
+
+def _final_weights(out):
+    from ivln_ce.models.official_weights import read_checkpoint
+
+    ckpts = sorted(out.glob("ckpt.*.pth"), key=lambda p: int(p.name.split(".")[1]))
+    return read_checkpoint(ckpts[-1])["state_dict"], [p.name for p in ckpts]
+
+
+def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path):
+    args = latent(tiny_benchmark, tmp_path / "x", "train.p=0.5", "train.iterations=2", "train.update_size=3", "train.epochs=2",
+                  "train.num_envs=2", "train.resume_every=2")
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    full = tmp_path / "full"
+    run = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={full}"], env=env, capture_output=True,
+                         text=True, timeout=900, cwd=os.getcwd())
+    assert run.returncode == 0, run.stderr[-3000:]
+    killed = tmp_path / "killed"
+    kills = 0
+    for delay in (6.0, 14.0, 25.0):  # during collection, training, a later round: whatever is running then
+        p = subprocess.Popen([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={killed}"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.getcwd())
+        time.sleep(delay)
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            kills += 1
+        p.wait()
+    finish = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={killed}"], env=env, capture_output=True,
+                            text=True, timeout=900, cwd=os.getcwd())
+    assert finish.returncode == 0, finish.stderr[-3000:]
+    assert kills >= 1
+    a, names_a = _final_weights(full)
+    b, names_b = _final_weights(killed)
+    assert names_a == names_b == ["ckpt.0.pth", "ckpt.1.pth", "ckpt.2.pth", "ckpt.3.pth"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    summary = json.loads((killed / "train_summary.json").read_text())
+    assert summary["resumed"] is True
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, world, args, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), IVLN_DIST_BACKEND="gloo")
+    torch.set_num_threads(1)
+    train(load_config(None, args), show_progress=False)
+
+
+def _synthetic_batch(n=4, seed=0):
+    from ivln_ce.training.batching import collate
+    from ivln_ce.training.store import Episode
+
+    rng = np.random.default_rng(seed)
+    eps = []
+    for k in range(n):
+        T = int(rng.integers(3, 7))
+        eps.append(Episode({"episode_id": str(k), "steps": T}, {"instruction": rng.integers(1, 50, 12)},
+                           {"depth_features": rng.random((T, 128, 4, 4)).astype(np.float32),
+                            "occupancy_map": (rng.random((T, 64, 64)) < 0.2).astype(np.uint8),
+                            "semantic_map": rng.integers(0, 13, (T, 64, 64)).astype(np.uint8),
+                            "oracle_actions": rng.integers(0, 4, T), "prev_actions": rng.integers(-1, 4, T),
+                            "progress": rng.random((T, 1)).astype(np.float32)}))
+    return collate(eps)
+
+
+def _grads(rank, world, port, out):
+    """One training step's gradients and BatchNorm statistics on this rank's slice."""
+    from ivln_ce.models.map_cma import MapCMAPolicy
+    from ivln_ce.training import distributed as ddp
+    from ivln_ce.training.batching import collate
+    from ivln_ce.training.trainer import batch_losses
+
+    if world > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = MapCMAPolicy(50, None, "small")
+    if world > 1:
+        ddp.sync_batchnorm(policy)
+    policy.train()
+    full = _synthetic_batch()
+    n = 4 // world
+    from ivln_ce.training.store import Episode  # noqa: F401
+
+    part = full if world == 1 else _slice_batch(full, rank * n, (rank + 1) * n)
+    losses = batch_losses(policy, part, progress_weight=1.0, global_episodes=4, global_valid=int(full.valid.sum()), world=world)
+    losses["loss"].backward()
+    params = [p for p in policy.parameters() if p.requires_grad]
+    ddp.allreduce_gradients(params)
+    if rank == 0:
+        torch.save({"grads": [p.grad.clone() for p in params],
+                    "bn": {k: v.clone() for k, v in policy.state_dict().items() if "running" in k}}, out)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def _slice_batch(b, lo, hi):
+    from ivln_ce.training.batching import Batch
+
+    T = int(b.lengths[lo:hi].max())
+    obs = {k: (v[:, lo:hi] if k == "instruction" else v[:T, lo:hi]) for k, v in b.observations.items()}
+    return Batch(obs, b.expert[:T, lo:hi], b.prev_actions[:T, lo:hi], b.masks[:T, lo:hi], b.valid[:T, lo:hi],
+                 b.weights[:T, lo:hi], b.progress[:T, lo:hi], b.lengths[lo:hi], b.meta[lo:hi])
+
+
+def test_data_parallel_gradients_equal_the_single_process_gradients(tmp_path):
+    """The global batch split over 2 gloo ranks gives the 1-process gradients and BatchNorm
+    statistics of MAP-CMA (its map encoder's BatchNorm trains) to float tolerance."""
+    mp = pytest.importorskip("torch.multiprocessing")
+    _grads(0, 1, 0, tmp_path / "one.pt")
+    mp.spawn(_grads, args=(2, _free_port(), tmp_path / "two.pt"), nprocs=2, join=True)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert len(one["grads"]) == len(two["grads"]) > 10
+    ga = torch.cat([g.flatten() for g in one["grads"]])
+    gb = torch.cat([g.flatten() for g in two["grads"]])
+    assert float((ga - gb).norm()) <= 1e-4 * float(ga.norm())
+    floor = 1e-6 * float(ga.norm())  # gradients that are exactly 0 in theory (a conv bias before BatchNorm) hold rounding only
+    for a, b in zip(one["grads"], two["grads"]):
+        # the ranks sum their halves in another order: float32 rounding of large reductions only
+        assert float((a - b).norm()) <= 1e-4 * float(a.norm()) + floor, float((a - b).norm() / a.norm())
+    assert one["bn"].keys() == two["bn"].keys() and len(one["bn"]) == 8
+    for k in one["bn"]:
+        assert torch.allclose(one["bn"][k], two["bn"][k], rtol=1e-5, atol=1e-6), k
+
+
+def test_two_gloo_processes_train_like_one_process(tiny_benchmark, tmp_path):
+    """End to end: 2 ranks collect their shares into two shards and train on half of every
+    global batch; the weights match 1 process up to Adam's amplification of float noise
+    (an element whose gradient is ~0 may step +lr or -lr), far below a real difference."""
+    mp = pytest.importorskip("torch.multiprocessing")
+    base = latent(tiny_benchmark, tmp_path / "x", "train.update_size=6", "train.epochs=2", "train.num_envs=1")
+    torch.set_num_threads(1)
+    train(load_config(None, base + [f"train.out_dir={tmp_path / 'one'}"]), show_progress=False)
+    mp.spawn(_rank, args=(2, base + [f"train.out_dir={tmp_path / 'two'}"], _free_port()), nprocs=2, join=True)
+    a, names_a = _final_weights(tmp_path / "one")
+    b, names_b = _final_weights(tmp_path / "two")
+    assert names_a == names_b == ["ckpt.0.pth", "ckpt.1.pth"]
+    assert len(TrajectoryStore(tmp_path / "two" / "store").shards) == 2  # each rank collected its share
+    assert [e for e, _ in store_arrays(tmp_path / "one")] == [e for e, _ in store_arrays(tmp_path / "two")]
+    steps = json.loads((tmp_path / "one" / "train_summary.json").read_text())["optimizer_steps"]
+    diffs = torch.cat([(a[k].float() - b[k].float()).abs().flatten() for k in a if a[k].is_floating_point()])
+    assert float(diffs.max()) <= 2 * 2.5e-4 * steps + 1e-6
+    assert float(diffs.mean()) < 1e-5
+
+
+def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_benchmark, tmp_path):
+    from ivln_ce.evaluation.evaluator import evaluate
+
+    out = tmp_path / "tour"
+    args = [f"data.root={tiny_benchmark}", f"results_dir={out}", "policy.name=tour_cma", "simulator.sensors=[rgb,depth]", *SMALL,
+            "train.trainer=tour_sequential", "train.use_tours=true", "train.batch_size=2", "train.epochs=1", "env.oracle_phases=false",
+            "train.tours=[0,1,2]"]
+    summary = train(load_config(None, args), show_progress=False)
+    store = TrajectoryStore(out / "store")
+    metas = [store.meta(i) for i in range(len(store))]
+    assert {m["tour_id"] for m in metas} == {"0", "1", "2"}
+    assert summary["optimizer_steps"] >= 1 and summary["checkpoints"] == ["ckpt.0.pth"]
+    ev = evaluate(load_config(None, [f"data.root={tiny_benchmark}", f"results_dir={tmp_path / 'ev'}", "eval.agent=policy",
+                                     "policy.name=tour_cma", f"policy.checkpoint={out / 'ckpt.0.pth'}", "simulator.sensors=[rgb,depth]",
+                                     *SMALL, "eval.tours=[0]", "eval.split=val_unseen"]), show_progress=False)
+    assert ev["label"] == "0" and ev["num_tours"] == 1 and ev["agent"] == "tour_cma"
