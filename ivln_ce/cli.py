@@ -77,6 +77,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 1
     if summary is None:  # a non-zero torchrun rank
         return 0
+    if "checkpoints" in summary:  # a checkpoint folder
+        from ivln_ce.evaluation.checkpoints import format_checkpoint_table
+
+        print(format_checkpoint_table(summary["checkpoints"], summary["best"]), end="")
+        best = summary["best"]
+        print(f"best: ckpt.{best['checkpoint']}.pth by t-nDTW (table: {summary['table']})")
+        return 0
     print(format_summary(summary, cfg.results_dir))
     return 0
 

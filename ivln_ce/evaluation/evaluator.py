@@ -344,20 +344,23 @@ def _image_keys(cfg: DictConfig, needs_rgb: bool, needs_depth: bool, needs_seman
     return tuple(keys)
 
 
-def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: str) -> tuple[EvalDriver | None, tuple[str, ...]]:
-    """The evaluation driver and the image observations it needs (None: scripted, no recording)."""
+def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: str, policy_agent=None) -> tuple[EvalDriver | None, tuple[str, ...]]:
+    """The evaluation driver and the image observations it needs (None: scripted, no recording).
+    ``policy_agent`` replaces the policy built from ``policy.*`` (any object with the
+    ``PolicyAgent`` interface: ``rows``, ``act``, ``drop``, ``timings``, ``image_needs``, ...)."""
     policy = cfg.eval.agent == "policy"
     save_maps, frames = bool(cfg.mapping.save_images), bool(cfg.eval.save_frames or cfg.eval.video)
     if not policy and not save_maps and not frames:
         return None, ()
-    policy_agent = None
     video = bool(cfg.eval.video)
     needs = {"rgb": frames, "depth": save_maps or video, "semantic": save_maps and cfg.mapping.semantics.value == "gt"}
     mapper = None
+    given = policy_agent
+    policy_agent = None
     if policy:
         from ivln_ce.rollout.policy_agent import PolicyAgent
 
-        policy_agent = PolicyAgent.from_config(cfg, split.vocab_size, device=device)
+        policy_agent = given if given is not None else PolicyAgent.from_config(cfg, split.vocab_size, device=device)
         for k in policy_agent.image_needs:
             needs[k] = True
         mapper = policy_agent.mapper
@@ -386,13 +389,14 @@ def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: st
 
 
 def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPaths, fp: fpr.Fingerprint,
-              device: str = "cpu", show_progress: bool = True) -> tuple[EngineStats, list[dict]]:
+              device: str = "cpu", show_progress: bool = True, policy_agent=None) -> tuple[EngineStats, list[dict]]:
     """Evaluate the tours ``todo`` and write one per-tour file each, as they finish."""
-    driver, keys = build_driver(cfg, split, paths, device)
+    driver, keys = build_driver(cfg, split, paths, device, policy_agent)
     scripted = cfg.eval.agent if cfg.eval.agent != "policy" else None
+    expert = bool(getattr(driver.policy_agent, "needs_expert", False)) if driver is not None and driver.policy_agent else False
     engine = RolloutEngine(split.items, cfg.simulator, cfg.env, split.references, split.scenes_dir,
                            num_envs=min(int(cfg.eval.num_envs), len(todo)), success_distance=cfg.metrics.success_distance,
-                           agent=scripted, obs_keys=keys, seed=int(cfg.seed))
+                           agent=scripted, obs_keys=keys, seed=int(cfg.seed), expert=expert)
     total_eps = sum(len(split.items[k].episodes) for k in todo)
     bar = tqdm(total=total_eps, desc=f"eval {paths.label} {cfg.eval.split}", unit="ep", file=sys.stderr,
                disable=(not show_progress) or None)
@@ -433,7 +437,8 @@ def resolve_device(cfg: DictConfig) -> str:
     return device
 
 
-def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = None, show_progress: bool = True) -> dict[str, Any] | None:
+def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = None, show_progress: bool = True,
+             policy_agent=None) -> dict[str, Any] | None:
     """Run (or resume) the evaluation of ``cfg.eval.split`` and write the outputs.
 
     A checkpoint folder (``policy.checkpoint=DIR``) evaluates each checkpoint in it
@@ -469,7 +474,7 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     mine = shard(split.items, plan.todo, world_size)[rank] if distributed else plan.todo
     stats, workers = (EngineStats(), [])
     if mine:
-        stats, workers = run_tours(cfg, split, mine, paths, fp, resolve_device(cfg), show_progress)
+        stats, workers = run_tours(cfg, split, mine, paths, fp, resolve_device(cfg), show_progress, policy_agent)
     if distributed:
         barrier()
         if rank != 0:

@@ -60,8 +60,15 @@ def _existing(path: str, key: str) -> Path:
 
 
 def build_policy(policy_cfg: PolicyConfig, vocab_size: int, train_cfg: TrainConfig | None = None,
-                 device: str | torch.device = "cpu") -> tuple[CMAPolicy, list[LoadReport]]:
-    """The policy named by ``policy.name`` with its weights loaded, and one report per file."""
+                 device: str | torch.device = "cpu", seed: int | None = None) -> tuple[CMAPolicy, list[LoadReport]]:
+    """The policy named by ``policy.name`` with its weights loaded, and one report per file.
+
+    With ``seed`` the random initialisation is drawn from a generator seeded by it (the global
+    RNG is left as it was), so an untrained policy is the same function in every run."""
+    if seed is not None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            return build_policy(policy_cfg, vocab_size, train_cfg, device, None)
     pc = as_dataclass(policy_cfg)
     tc = as_dataclass(train_cfg) if train_cfg is not None else TrainConfig()
     name = _name(pc.name)

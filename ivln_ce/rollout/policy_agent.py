@@ -81,7 +81,7 @@ class PolicyAgent:
         missing = required_sensors(cfg) - set(cfg.simulator.sensors)
         if missing:
             raise ValueError(f"policy.name={cfg.policy.name.value} needs simulator.sensors to include {sorted(missing)}")
-        policy, reports = build_policy(cfg.policy, vocab_size, cfg.train, device)
+        policy, reports = build_policy(cfg.policy, vocab_size, cfg.train, device, seed=int(cfg.seed))
         mapper = make_mapper(cfg, device) if cfg.policy.name == PolicyName.map_cma else None
         agent = cls(policy, device, mapper, bool(cfg.eval.deterministic), int(cfg.seed))
         agent.load_reports = reports

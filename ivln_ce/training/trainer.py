@@ -269,7 +269,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     fingerprint = training_fingerprint(cfg, data)
     from ivln_ce.models.factory import build_policy, save_checkpoint
 
-    policy, reports = build_policy(cfg.policy, data.vocab_size, cfg.train, device)
+    policy, reports = build_policy(cfg.policy, data.vocab_size, cfg.train, device, seed=int(cfg.seed))
     for r in reports:
         log.info("%s", r)
     if world > 1:

@@ -1,0 +1,184 @@
+"""Policy-evaluation throughput: the rollout engine vs one environment and one policy per process.
+
+For MAP-CMA (GT semantics, iterative maps) and CMA, in the same run:
+
+* **engine, K envs**: ``ivln-ce eval`` with ``eval.num_envs=K`` — K worker processes render and
+  step, the main process runs the mapper, the frozen encoders and one batched policy step per
+  tick;
+* **baseline, P processes**: the previous evaluator's layout — each process owns one
+  environment and its own copy of the policy and acts at batch 1 on its share of the tours.
+
+Steps/s count every environment step (agent and oracle). The policy is a fixed untrained
+network whose action head is biased to walk forward, so every episode runs
+``--agent-steps`` policy steps before the step limit ends it (random policies would stop at
+once and measure nothing but oracle walks). Prints steps/s, the speed-up over K = 1, scaling
+efficiency (speed-up / K), the engine's per-step latency breakdown, and the ratio to the
+baseline at the same process count.
+
+    python scripts/bench_rollout.py [--data data/synthetic_tiny] [--models map_cma,cma] [--envs 1,2,4,8]
+        [--baseline 1,2] [--size 256] [--small] [--device cpu|cuda] [--tours 0,1,2,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ivln_ce.benchmark.synthetic import build_synthetic
+from ivln_ce.config import load_config
+
+
+def model_overrides(name: str, size: int, small: bool) -> list[str]:
+    sensors = "[depth,semantic]" if name == "map_cma" else "[rgb,depth]"
+    out = [f"policy.name={name}", f"simulator.sensors={sensors}", "mapping.mode=iterative", "mapping.semantics=gt"]
+    out += [f"simulator.{s}.{d}={size}" for s in ("depth", "semantic") for d in ("width", "height")]
+    out += [f"simulator.rgb.{d}={min(size, 224)}" for d in ("width", "height")]
+    if small:
+        out += ["policy.depth_backbone=small", "policy.rgb_depth=18"]
+    return out
+
+
+def make_checkpoint(cfg, path: Path, vocab: int) -> Path:
+    from ivln_ce.models.factory import build_policy, save_checkpoint
+
+    policy, _ = build_policy(cfg.policy, vocab, cfg.train, seed=0)
+    with torch.no_grad():
+        policy.action_distribution.linear.weight.zero_()
+        policy.action_distribution.linear.bias.copy_(torch.tensor([0.0, 3.0, 0.0, 0.0]))
+    return save_checkpoint(path, policy, {"policy": {"name": cfg.policy.name.value}})
+
+
+def run_engine(base: list[str], k: int, out: Path, device: str) -> dict:
+    from ivln_ce.evaluation.evaluator import evaluate
+
+    cfg = load_config(None, base + [f"eval.num_envs={k}", f"results_dir={out}", "eval.resume=false", f"eval.device={device}"])
+    t = time.perf_counter()
+    summary = evaluate(cfg, show_progress=False)
+    wall = time.perf_counter() - t
+    return {"steps": summary["steps"], "wall": wall, "latency": summary["latency"]}
+
+
+def _baseline_worker(base: list[str], tours: list[int], device: str, queue) -> None:
+    """One environment and one batch-1 policy in this process (the previous layout)."""
+    torch.set_num_threads(1)
+    from ivln_ce.env.tour_env import TourEnv
+    from ivln_ce.evaluation.evaluator import load_split
+    from ivln_ce.rollout.engine import StreamView
+    from ivln_ce.rollout.observations import ObservationPipeline
+    from ivln_ce.rollout.policy_agent import PolicyAgent
+    from ivln_ce.sim import make_simulator
+
+    cfg = load_config(None, base + [f"eval.device={device}"])
+    split = load_split(cfg)
+    agent = PolicyAgent.from_config(cfg, split.vocab_size, device=device)
+    keys = sorted({"depth"} | ({"semantic12"} if agent.uses_maps else {"rgb"}))
+    pipe = ObservationPipeline(device, mapper=agent.mapper, image_keys=keys, depth_encoder=agent.depth_encoder, rgb_encoder=agent.rgb_encoder)
+    sim = make_simulator(cfg.simulator)
+    env = TourEnv(sim, split.items, cfg.env, split.references, split.scenes_dir, success_distance=cfg.metrics.success_distance)
+    steps = 0
+    for n, k in enumerate(tours):
+        obs, info = env.reset(options={"tour": k})
+        stream = f"b{n}:{split.items[k].tour.tour_id}"
+        done = False
+        while not done:
+            view = StreamView(stream, 0, k, split.items[k].tour.tour_id, split.items[k].tour.scan, obs, info)
+            batch = pipe([view], agent.rows([view]))
+            action = agent.act([view], batch)[0]
+            obs, _, done, _, info = env.step(action)
+            steps += 1
+        agent.drop(stream)
+        pipe.drop(stream)
+    sim.close()
+    queue.put(steps)
+
+
+def run_baseline(base: list[str], procs: int, tours: list[int], device: str) -> dict:
+    from ivln_ce.evaluation.evaluator import load_split, shard
+
+    split = load_split(load_config(None, base))
+    shares = [s for s in shard(split.items, tours, procs) if s]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    t = time.perf_counter()
+    ps = [ctx.Process(target=_baseline_worker, args=(base, s, device, queue)) for s in shares]
+    for p in ps:
+        p.start()
+    steps = sum(queue.get() for _ in ps)
+    for p in ps:
+        p.join()
+    return {"steps": steps, "wall": time.perf_counter() - t}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="data/synthetic_tiny")
+    ap.add_argument("--models", default="map_cma,cma")
+    ap.add_argument("--envs", default="1,2,4,8")
+    ap.add_argument("--baseline", default="1,2", help="process counts of the one-env-per-process baseline")
+    ap.add_argument("--size", type=int, default=256, help="depth/semantic size (RGB at most 224)")
+    ap.add_argument("--small", action="store_true", help="small depth CNN and ResNet-18 RGB trunk (CPU-friendly)")
+    ap.add_argument("--agent-steps", type=int, default=40, help="policy steps per episode (env.max_agent_steps)")
+    ap.add_argument("--tours", default="", help="tour ids to run (default: all of val_unseen)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    data = Path(args.data)
+    build_synthetic("tiny", data, progress=False)
+    envs = [int(k) for k in args.envs.split(",")]
+    procs = [int(k) for k in args.baseline.split(",") if k]
+    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
+          f"device {args.device}" + (f" ({torch.cuda.get_device_name(0)})" if args.device.startswith("cuda") else ""))
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name in args.models.split(","):
+            base = [f"data.root={data}", "data.split=val_unseen", "eval.agent=policy", f"env.max_agent_steps={args.agent_steps}",
+                    *model_overrides(name, args.size, args.small)]
+            if args.tours:
+                base.append(f"eval.tours=[{args.tours}]")
+            from ivln_ce.evaluation.evaluator import load_split
+
+            cfg = load_config(None, base)
+            split = load_split(cfg)
+            ckpt = make_checkpoint(cfg, tmp / f"{name}.pth", split.vocab_size)
+            base.append(f"policy.checkpoint={ckpt}")
+            tours = list(range(len(split.items)))
+            rows = {}
+            for k in envs:
+                r = run_engine(base, k, tmp / f"{name}_k{k}", args.device)
+                rows[f"engine K={k}"] = r
+                print(f"{name} engine K={k}: {r['steps']} steps in {r['wall']:.1f} s -> {r['steps'] / r['wall']:.1f} steps/s", flush=True)
+            for p in procs:
+                r = run_baseline(base, p, tours, args.device)
+                rows[f"baseline P={p}"] = r
+                print(f"{name} baseline P={p}: {r['steps']} steps in {r['wall']:.1f} s -> {r['steps'] / r['wall']:.1f} steps/s", flush=True)
+            one = rows[f"engine K={envs[0]}"]
+            rate1 = one["steps"] / one["wall"]
+            print(f"\n{name}: steps/s, speed-up over engine K={envs[0]}, scaling efficiency")
+            for key, r in rows.items():
+                rate = r["steps"] / r["wall"]
+                k = int(key.split("=")[1])
+                print(f"  {key:>14}: {rate:8.1f} steps/s  {rate / rate1:5.2f}x  efficiency {100 * rate / rate1 / k:5.1f}%")
+            for p in procs:
+                if f"engine K={p}" in rows:
+                    e, b = rows[f"engine K={p}"], rows[f"baseline P={p}"]
+                    print(f"  engine vs baseline at {p} process(es): {(e['steps'] / e['wall']) / (b['steps'] / b['wall']):.2f}x")
+            lat = rows[f"engine K={envs[-1]}"]["latency"]
+            print(f"  latency at K={envs[-1]}: per step {lat['ms_per_step']}, per tick {lat.get('ms_per_tick')}\n")
+            results[name] = {k: {"steps": v["steps"], "wall_s": round(v["wall"], 2), "latency": v.get("latency")} for k, v in rows.items()}
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
