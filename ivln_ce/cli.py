@@ -109,6 +109,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from ivln_ce.reproduce.pipeline import reproduce
+
+    result = reproduce(args.table, args.scale, args.out, seeds=args.seeds, device=args.device, data=args.data, num_envs=args.num_envs)
+    for v in result["tables"]["verdicts"]:
+        print(v)
+    print(f"tables: {', '.join(str(f) for f in result['tables']['files'])}; run notes: {Path(args.out) / 'README.md'}")
+    return 0
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     print(to_yaml(cfg), end="")
@@ -409,6 +419,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="YAML recipe, e.g. configs/embedded/map_cma_iterative_gt.yaml; repeat to layer files")
     trn.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.epochs=2 train.out_dir=results/x")
     trn.set_defaults(func=cmd_train)
+
+    rp = sub.add_parser("reproduce", help="the paper's Tables 3/4 on the embedded benchmark: train, evaluate, tabulate (resumable)")
+    rp.add_argument("table", choices=["table3", "table4", "all"])
+    rp.add_argument("--scale", choices=["tiny", "small", "default"], default="small",
+                    help="budget: tiny (minutes, a smoke run), small (hours on a CPU), default (the embedded recipes)")
+    rp.add_argument("--seeds", type=int, default=3)
+    rp.add_argument("--device", default="cpu", help="cpu or cuda")
+    rp.add_argument("--out", required=True, help="folder for every run, the tables and the run's README")
+    rp.add_argument("--data", default=None, help="benchmark folder (default data/synthetic_<preset>; built if missing)")
+    rp.add_argument("--num-envs", type=int, default=None, help="environments per training and evaluation (default: the scale's)")
+    rp.set_defaults(func=cmd_reproduce)
 
     c = sub.add_parser("config", help="inspect configs")
     csub = c.add_subparsers(dest="config_command", required=True)

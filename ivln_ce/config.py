@@ -289,6 +289,10 @@ class TrainConfig:
     #: the split's episodes without tours through the iterative runner (the oracle walks between
     #: unrelated episodes and the map spans the whole round)
     itmaps_ft_on_tours: bool = True
+    #: official true: the official store's fp16 option converts every stored observation to
+    #: fp16, instruction token ids included, and fp16 represents integers exactly only up to
+    #: 2048, so larger ids are rounded (2049 -> 2048, 2051 -> 2052); applied when store_fp16
+    fp16_token_bug: bool = False
     #: shuffle the episodes inside every tour each epoch of tour-sequential training (official)
     shuffle_within_tour: bool = True
     #: evaluate every checkpoint on these splits while training (``eval_{split}_{metric}`` in
@@ -331,6 +335,11 @@ class EvalConfig:
     device: str = "cpu"
     #: argmax actions (the official evaluation); false samples from the policy
     deterministic: bool = True
+    #: where the policy runs. main: one batched step per tick in this process (GPUs batch for
+    #: free); workers: each environment worker runs its own copy at batch 1 (CPUs: a sample
+    #: costs the same batched or not, and K workers use K cores); auto: workers on a CPU device
+    #: unless maps, frames or videos are recorded (recorders live in this process), else main
+    policy_process: str = "auto"
     #: evaluate only these tour ids (t-nDTW is then "partial" and paper-variant only)
     tours: list[str] = field(default_factory=list)
     #: label of the output files (``*_ckpt_{label}_{split}.json``); defaults to the agent name,
@@ -515,6 +524,19 @@ def _merge(cfg: DictConfig, raw: dict, source: str) -> DictConfig:
         raise ConfigError(f"{source}: invalid value for '{key}': {msg}") from exc
 
 
+def _take_required(raw: dict, prefix: str = "") -> list[str]:
+    """Remove the ``???`` leaves of a raw config mapping; returns their dotted keys."""
+    out = []
+    for key in list(raw):
+        value = raw[key]
+        if isinstance(value, dict):
+            out += _take_required(value, f"{prefix}{key}.")
+        elif value == "???":
+            del raw[key]
+            out.append(f"{prefix}{key}")
+    return out
+
+
 def _leaf_paths(raw: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
     for key, value in raw.items():
         if isinstance(value, Mapping) and value:
@@ -537,17 +559,30 @@ def load_config(
     """
     cfg = OmegaConf.structured(schema)
     sources: dict[str, str] = {}
+    required: dict[str, str] = {}  # keys a file marks ??? (only the user can give them) -> that file
     paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
+
+    def merge(raw: dict, source: str) -> None:
+        nonlocal cfg
+        marked = _take_required(raw)
+        check_keys(raw, schema, source)
+        for key in _leaf_paths(raw):
+            required.pop(key, None)
+        required.update(dict.fromkeys(marked, source))
+        cfg = _merge(cfg, raw, source)
+        sources.update(dict.fromkeys(_leaf_paths(raw), source))
+
     for one in paths:
         for file_path, raw in _yaml_chain(Path(one)):
-            check_keys(raw, schema, str(file_path))
-            cfg = _merge(cfg, raw, str(file_path))
-            sources.update(dict.fromkeys(_leaf_paths(raw), str(file_path)))
+            merge(raw, str(file_path))
     nested = parse_overrides(overrides)
     if nested:
-        check_keys(nested, schema, "command line")
-        cfg = _merge(cfg, nested, "command line")
-        sources.update(dict.fromkeys(_leaf_paths(nested), "command line"))
+        merge(nested, "command line")
+    if required:
+        key, where = sorted(required.items())[0]
+        more = sorted(required)[1:]
+        raise ConfigError(f"{where}: config key '{key}' must be given (the file marks it ???), e.g. on the command line: "
+                          f"{key}=VALUE" + (f"; also needed: {more}" if more else ""))
     try:
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
@@ -617,6 +652,7 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.resume_every": (lambda v: v >= 0, "an integer >= 0"),
     "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "eval.poll_timeout": (_positive, "a duration > 0 (seconds)"),
+    "eval.policy_process": (_one_of("auto", "main", "workers"), "one of auto, main, workers"),
     "eval.poll_interval": (_positive, "a duration > 0 (seconds)"),
 }
 for _sensor in ("rgb", "depth", "semantic"):
@@ -640,6 +676,7 @@ def check_values(cfg: DictConfig, sources: Mapping[str, str] | None = None) -> N
         where = sources.get(key, "defaults")
         raise ConfigError(f"{where}: config key '{key}' must be {expected}, got {value!r}")
 
+
     for key, (check, expected) in VALUE_RULES.items():
         value = _get(cfg, key)
         if value is None:
@@ -661,6 +698,13 @@ def check_values(cfg: DictConfig, sources: Mapping[str, str] | None = None) -> N
              f"a side in [{view:.2f}, {MAX_WORLD_CELLS * m.world_cell:g}] m (at least the egocentric window's diagonal; "
              f"at most {MAX_WORLD_CELLS} cells of mapping.world_cell per side, about "
              f"{MAX_WORLD_CELLS ** 2 * 13 / 2**20:.0f} MiB per stream)")
+
+
+def config_from_resolved(tree: Mapping[str, Any]) -> DictConfig:
+    """A config back from ``resolved(cfg)`` (already validated; e.g. sent to a worker process)."""
+    cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), dict(tree))
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
 
 
 def as_dataclass(cfg: Any) -> Any:
@@ -699,6 +743,7 @@ OFFICIAL_PROFILE: dict[str, Any] = {
     "train.carry_padded_state": True,  # T2
     "train.official_lanes": True,  # T7
     "train.itmaps_ft_on_tours": False,  # P6
+    "train.fp16_token_bug": True,  # the fp16 store option rounds token ids above 2048
     "policy.reset_state_gru_per_episode": False,  # T11, the same in both profiles
     "metrics.tndtw.variant": "official",
 }

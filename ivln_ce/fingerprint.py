@@ -27,6 +27,7 @@ COSMETIC_KEYS = (
     "name",
     "results_dir",
     "eval.num_envs",
+    "eval.policy_process",  # batch-1 and batched policies compute the same function
     "eval.resume",
     "eval.label",
     "eval.tours",  # which tours run does not change any one tour's result

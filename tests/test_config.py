@@ -98,3 +98,14 @@ def test_official_profile_yaml_matches_the_profile_table():
     assert profile_of(cfg) == {"profile": "official", "flags": OFFICIAL_PROFILE}
     assert profile_of(load_config())["profile"] == "fixed"
     assert profile_of(load_config(None, ["env.oracle_double_query=true"]))["profile"] == "custom"
+
+
+def test_required_values_marked_in_a_recipe_must_be_given(tmp_path):
+    f = tmp_path / "ft.yaml"
+    f.write_text("policy:\n  name: map_cma\n  checkpoint: ???\n")
+    with pytest.raises(ConfigError, match=rf"{f}: config key 'policy.checkpoint' must be given"):
+        load_config(f)
+    assert load_config(f, ["policy.checkpoint=runs/tf/ckpt.7.pth"]).policy.checkpoint == "runs/tf/ckpt.7.pth"
+    later = tmp_path / "later.yaml"
+    later.write_text("policy:\n  checkpoint: a.pth\n")
+    assert load_config([f, later]).policy.checkpoint == "a.pth"  # a later file may give it too

@@ -388,15 +388,42 @@ def build_driver(cfg: DictConfig, split: SplitData, paths: EvalPaths, device: st
     return EvalDriver(pipeline, policy_agent, recorders), keys
 
 
+def policy_in_workers(cfg: DictConfig, device: str, policy_agent=None) -> bool:
+    """Whether the learned policy runs inside the environment workers (``eval.policy_process``)."""
+    if cfg.eval.agent != "policy" or policy_agent is not None:
+        return False
+    mode = cfg.eval.policy_process
+    if mode == "workers":
+        if cfg.mapping.save_images or cfg.eval.save_frames or cfg.eval.video:
+            raise ConfigError("eval.policy_process=workers cannot record maps, frames or videos (recorders run in the "
+                              "main process); use eval.policy_process=main or auto")
+        if not device.startswith("cpu"):
+            raise ConfigError("eval.policy_process=workers runs the policy on the CPU; use eval.device=cpu")
+        return True
+    if mode == "main":
+        return False
+    return device.startswith("cpu") and not (cfg.mapping.save_images or cfg.eval.save_frames or cfg.eval.video)
+
+
 def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPaths, fp: fpr.Fingerprint,
               device: str = "cpu", show_progress: bool = True, policy_agent=None) -> tuple[EngineStats, list[dict]]:
     """Evaluate the tours ``todo`` and write one per-tour file each, as they finish."""
-    driver, keys = build_driver(cfg, split, paths, device, policy_agent)
-    scripted = cfg.eval.agent if cfg.eval.agent != "policy" else None
-    expert = bool(getattr(driver.policy_agent, "needs_expert", False)) if driver is not None and driver.policy_agent else False
+    num_envs = min(int(cfg.eval.num_envs), len(todo))
+    in_workers = policy_in_workers(cfg, device, policy_agent)
+    extra = {}
+    if in_workers:  # each worker runs its own copy of the policy (see eval.policy_process)
+        driver, keys = None, ()
+        scripted = "policy"
+        cores = os.cpu_count() or 1
+        extra = {"policy_config": resolved(cfg), "vocab_size": split.vocab_size, "threads": max(1, cores // num_envs)}
+        expert = False
+    else:
+        driver, keys = build_driver(cfg, split, paths, device, policy_agent)
+        scripted = cfg.eval.agent if cfg.eval.agent != "policy" else None
+        expert = bool(getattr(driver.policy_agent, "needs_expert", False)) if driver is not None and driver.policy_agent else False
     engine = RolloutEngine(split.items, cfg.simulator, cfg.env, split.references, split.scenes_dir,
-                           num_envs=min(int(cfg.eval.num_envs), len(todo)), success_distance=cfg.metrics.success_distance,
-                           agent=scripted, obs_keys=keys, seed=int(cfg.seed), expert=expert)
+                           num_envs=num_envs, success_distance=cfg.metrics.success_distance,
+                           agent=scripted, obs_keys=keys, seed=int(cfg.seed), expert=expert, worker_extra=extra)
     total_eps = sum(len(split.items[k].episodes) for k in todo)
     bar = tqdm(total=total_eps, desc=f"eval {paths.label} {cfg.eval.split}", unit="ep", file=sys.stderr,
                disable=(not show_progress) or None)

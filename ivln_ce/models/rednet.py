@@ -143,7 +143,12 @@ class RedNetSegmenter:
     @torch.no_grad()
     def __call__(self, rgb: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
         x, d = normalise_inputs(rgb.to(self.device), depth.to(self.device))
-        return self.model(x, d).argmax(dim=1).to(torch.uint8)
+        h, w = d.shape[-2:]
+        ph, pw = -h % 32, -w % 32  # the encoder halves the size five times: pad to a multiple of 32
+        if ph or pw:
+            x = F.pad(x, (0, pw, 0, ph), mode="replicate")
+            d = F.pad(d, (0, pw, 0, ph), mode="replicate")
+        return self.model(x, d)[..., :h, :w].argmax(dim=1).to(torch.uint8)
 
 
 def mean_iou(confusion: torch.Tensor) -> tuple[float, torch.Tensor]:

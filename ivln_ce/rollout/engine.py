@@ -8,7 +8,9 @@ trained is what is evaluated (DESIGN.md). ``RolloutEngine.run(tours, decide)``:
   tour ends; when the queue is empty the worker is paused, other streams go on untouched;
 * every tick hands the current observation of every active stream to ``decide(views)``,
   which returns one action per view (``None`` lets a worker's scripted agent act), sends
-  them, and waits for all active workers: one batched policy step per tick;
+  them, and waits for all active workers: one batched policy step per tick. Streams whose
+  step produces no action (oracle phases: the environment ignores it) are sent their next
+  step before ``decide`` runs, so their workers render while the parent computes;
 * each running tour is a *stream* with a fresh id, so per-stream memory (recurrent state,
   maps) keyed by it can never leak into another tour; ``on_stream_end(stream_id)`` lets the
   owner free it;
@@ -66,8 +68,10 @@ class EngineStats:
     wait_ms: float = 0.0  # wall time the parent waited for workers
     decide_ms: float = 0.0  # wall time in decide (the policy side)
     wall_s: float = 0.0
+    start_s: float = 0.0  # starting the workers (spawn, imports, first scene), inside wall_s
     tours: int = 0
     extra: dict[str, float] = field(default_factory=dict)  # decide's own breakdown (ms, summed)
+    worker_ms: dict[str, float] = field(default_factory=dict)  # a worker-side policy's breakdown (ms, summed)
 
     def as_dict(self) -> dict[str, Any]:
         steps = max(self.env_steps, 1)
@@ -77,8 +81,11 @@ class EngineStats:
             "ticks": self.ticks,
             "tours": self.tours,
             "wall_s": round(self.wall_s, 3),
+            "start_s": round(self.start_s, 3),
             "steps_per_s": round(self.env_steps / self.wall_s, 2) if self.wall_s > 0 else None,
-            "ms_per_step": {"env (worker: render, navigation, measures)": round(self.env_ms / steps, 3)},
+            "steady_steps_per_s": round(self.env_steps / (self.wall_s - self.start_s), 2) if self.wall_s > self.start_s else None,
+            "ms_per_step": {"env (worker: render, navigation, measures)": round(self.env_ms / steps, 3),
+                            **{f"{k} (in the worker)": round(v / steps, 3) for k, v in self.worker_ms.items()}},
         }
         if self.ticks:  # lockstep runs: the parent's side of every tick
             out["ms_per_tick"] = {"waiting for workers": round(self.wait_ms / ticks, 3), "decide": round(self.decide_ms / ticks, 3)}
@@ -88,19 +95,6 @@ class EngineStats:
 
 
 Decide = Callable[[list[StreamView]], Sequence[int | None]]
-
-
-def _limit_torch_threads(n: int):
-    """Cap torch's CPU threads (if torch is loaded); returns a function restoring the old value."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return lambda: None
-    old = torch.get_num_threads()
-    if n < old:
-        torch.set_num_threads(n)
-    return lambda: torch.set_num_threads(old)
 
 
 class RolloutEngine:
@@ -119,6 +113,7 @@ class RolloutEngine:
         obs_keys: Iterable[str] = (),
         seed: int = 100,
         start_method: str = "spawn",
+        worker_extra: dict | None = None,
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -127,7 +122,7 @@ class RolloutEngine:
         self._spec = dict(
             simulator=as_dataclass(simulator), env=as_dataclass(env), items=self.items, references=dict(references or {}),
             scenes_dir=None if scenes_dir is None else str(scenes_dir), success_distance=success_distance,
-            agent=agent, expert=expert, obs_keys=tuple(obs_keys),
+            agent=agent, expert=expert, obs_keys=tuple(obs_keys), extra=dict(worker_extra or {}),
         )
         self.seed = seed
         self.ctx = mp.get_context(start_method)
@@ -172,14 +167,6 @@ class RolloutEngine:
         return f"s{self._streams}:{tour_id}"
 
     # ------------------------------------------------------------------ running
-    def torch_threads_while_running(self) -> int:
-        """Threads the parent's torch should use on CPU while the workers render: the cores
-        the workers leave free (at least 1). More makes OpenMP threads spin against the
-        workers for the same cores, which slows every op by an order of magnitude."""
-        import os
-
-        return max(1, (os.cpu_count() or 1) - len(self.workers or range(self.num_envs)))
-
     def run(
         self,
         tours: Sequence[int],
@@ -196,9 +183,9 @@ class RolloutEngine:
         queue = deque(int(k) for k in tours)
         if not queue:
             return
-        self.start(len(queue))
         t0 = time.perf_counter()
-        restore = _limit_torch_threads(self.torch_threads_while_running()) if decide is not None else None
+        self.start(len(queue))
+        self.stats.start_s += time.perf_counter() - t0
         try:
             if decide is None:
                 self._run_autonomous(queue, on_tour, on_progress)
@@ -206,8 +193,6 @@ class RolloutEngine:
                 self._run_lockstep(queue, decide, on_tour, on_stream_end, on_progress, on_final_view)
         finally:
             self.stats.wall_s += time.perf_counter() - t0
-            if restore is not None:
-                restore()
 
     def _run_autonomous(self, queue: deque, on_tour, on_progress) -> None:
         if self._spec["agent"] is None:
@@ -224,6 +209,8 @@ class RolloutEngine:
                 _, result, st = msg
                 self.stats.env_steps += st["steps"]
                 self.stats.env_ms += st["env_ms"]
+                for key, ms in st.get("timings", {}).items():  # a policy inside the worker
+                    self.stats.worker_ms[key] = self.stats.worker_ms.get(key, 0.0) + ms
                 self.stats.tours += 1
                 if on_tour is not None:
                     on_tour(result, None)
@@ -259,15 +246,23 @@ class RolloutEngine:
         for w in self.workers:
             begin(w)
         by_index = {w.index: w for w in self.workers}
+        scripted = self._spec["agent"] is not None
         while active:
             views = [active[i] for i in sorted(active)]
+            # an environment ignores the action on steps that produce none (oracle phases): let
+            # those workers render their next step while decide runs (same batches, same results)
+            early = {v.worker for v in views if not v.info.get("produce_action")}
+            for v in views:
+                if v.worker in early:
+                    by_index[v.worker].send("step", None if scripted else 0)
             t = time.perf_counter()
             actions = list(decide(views))
             self.stats.decide_ms += 1e3 * (time.perf_counter() - t)
             if len(actions) != len(views):
                 raise ValueError(f"decide returned {len(actions)} actions for {len(views)} streams")
             for v, a in zip(views, actions):
-                by_index[v.worker].send("step", None if a is None else int(a))
+                if v.worker not in early:
+                    by_index[v.worker].send("step", None if a is None else int(a))
             t = time.perf_counter()
             replies: dict[int, dict] = {}
             pending = [by_index[v.worker] for v in views]

@@ -15,8 +15,9 @@ the finished tour's ``TourResult`` rides on the last step's info as ``tour_resul
 time the environment step took (rendering, navigation, measures). Any exception is sent back
 as ``("error", traceback)`` before the worker exits, and the parent watches the process
 sentinel too, so a worker killed outright is reported with its exit code instead of hanging
-the run. Workers import neither torch nor triton: rendering here can never meet the LLVM
-clash that ``sim.gl_context`` guards against in processes that need both.
+the run. Workers with scripted agents import neither torch nor triton. A worker can also run a
+learned policy itself (``agent="policy"``, ``rollout.worker_policy``): then it imports torch,
+and ``sim.gl_context`` makes rendering and triton safe in one process.
 """
 
 from __future__ import annotations
@@ -83,7 +84,12 @@ class _Runner:
         self.sim = make_simulator(spec.simulator, seed=spec.seed)
         self.env = TourEnv(self.sim, spec.items, spec.env, spec.references, spec.scenes_dir,
                            success_distance=spec.success_distance, expert=spec.expert)
-        self.agent = make_agent(spec.agent, self.env, seed=spec.run_seed) if spec.agent else None
+        if spec.agent == "policy":  # a learned policy in this worker (imports torch here only)
+            from ivln_ce.rollout.worker_policy import WorkerPolicy
+
+            self.agent = WorkerPolicy(self.env, spec.extra["policy_config"], spec.extra["vocab_size"], spec.extra.get("threads", 1))
+        else:
+            self.agent = make_agent(spec.agent, self.env, seed=spec.run_seed) if spec.agent else None
         self.obs: dict | None = None
         self.info: dict | None = None
         self.acc: TourAccumulator | None = None
@@ -127,12 +133,15 @@ class _Runner:
     def run_tour(self, tour_index: int) -> tuple[TourResult, dict]:
         self.reset(tour_index)
         env_ms, steps = 0.0, 0
+        before = dict(getattr(self.agent, "timings", {}))
         while True:
             payload = self.step(None)
             env_ms += payload["env_ms"]
             steps += 1
             if payload.get("done"):
-                return payload["info"]["tour_result"], {"env_ms": env_ms, "steps": steps}
+                after = getattr(self.agent, "timings", {})
+                timings = {k: v - before.get(k, 0.0) for k, v in after.items()}
+                return payload["info"]["tour_result"], {"env_ms": env_ms, "steps": steps, "timings": timings}
 
     def close(self) -> None:
         self.sim.close()

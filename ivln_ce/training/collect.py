@@ -80,6 +80,12 @@ def plan_round(items: Sequence[TourItem], update_size: int, seed: int, round_: i
     return out
 
 
+def fp16_tokens(tokens: np.ndarray) -> np.ndarray:
+    """Token ids after a round trip through float16, as the official fp16 store option stores
+    them: exact up to 2048, rounded to a multiple of 2 (4, ...) above."""
+    return np.asarray(tokens).astype(np.float16).astype(np.int64)
+
+
 def _stream_key(tour_id: str) -> int:
     return int(tour_id) if tour_id.isdigit() else sum((k + 1) * ord(c) for k, c in enumerate(tour_id))
 
@@ -99,7 +105,7 @@ class CollectDriver:
     actions with the beta override, per-stream episode buffers written to the store."""
 
     def __init__(self, policy, pipeline, writer: TrajectoryWriter, beta: float, seed: int, round_: int,
-                 order_of: dict[str, int], run_policy: bool = True, bn_train_mode: bool = False):
+                 order_of: dict[str, int], run_policy: bool = True, bn_train_mode: bool = False, fp16_tokens: bool = False):
         from ivln_ce.models.cma import PolicyState
 
         self.policy, self.pipeline, self.writer = policy, pipeline, writer
@@ -107,6 +113,7 @@ class CollectDriver:
         self.order_of = order_of  # tour id -> its position in the round's plan
         self.run_policy = run_policy
         self.bn_train_mode = bn_train_mode
+        self.fp16_tokens = fp16_tokens
         self.state = PolicyState()
         self.buffers: dict[str, dict[str, Any]] = {}
         self.positions: dict[str, int] = {}  # episodes begun per stream: the position in its tour
@@ -131,7 +138,10 @@ class CollectDriver:
         T = len(steps)
         meta = {"episode_id": episode_id, "tour_id": view.tour_id, "scan": view.scan, "steps": T, "round": self.round,
                 "order": [self.round, self.order_of.get(view.tour_id, 0), buf["position"]], "position": buf["position"]}
-        self.writer.append(Episode(meta, {"instruction": buf["instruction"]}, fields))
+        instruction = buf["instruction"]
+        if self.fp16_tokens:  # the official fp16 store option (see train.fp16_token_bug)
+            instruction = fp16_tokens(instruction)
+        self.writer.append(Episode(meta, {"instruction": instruction}, fields))
         self.stats.episodes += 1
         self.stats.steps += T
 
@@ -231,7 +241,8 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
     order_of = {items[k].tour.tour_id: n for n, k in enumerate(full_plan if full_plan is not None else plan)}
     run_policy = beta < 1.0 or bool(cfg.train.bn_train_mode)
     policy.collection_mode() if hasattr(policy, "collection_mode") else policy.eval()
-    driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode))
+    driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode),
+                           bool(cfg.train.fp16_token_bug and cfg.train.store_fp16))
     keys = ["depth"]
     if driver.rgb_needed:
         keys.append("rgb")

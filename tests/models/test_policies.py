@@ -241,3 +241,12 @@ def test_inflection_weighted_action_loss():
     assert w[:, 0].tolist() == pytest.approx([3.2, 1.0, 3.2, 3.2]) and w[:, 1].tolist() == pytest.approx([3.2, 3.2, 1.0, 0.0])
     logits = torch.zeros(4, 2, 4)
     assert action_loss(logits, actions, w).item() == pytest.approx(torch.log(torch.tensor(4.0)).item())
+
+
+def test_rednet_segmenter_takes_any_frame_size():
+    from ivln_ce.models.rednet import RedNet, RedNetSegmenter
+
+    seg = RedNetSegmenter(RedNet(depth=18))
+    for h, w in ((48, 48), (64, 96), (50, 70)):
+        out = seg(torch.randint(0, 255, (2, h, w, 3), dtype=torch.uint8), torch.rand(2, h, w, 1))
+        assert out.shape == (2, h, w) and out.dtype == torch.uint8 and int(out.max()) <= 12

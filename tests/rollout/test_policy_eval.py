@@ -33,17 +33,24 @@ TOUR = ["policy.name=tour_cma", "simulator.sensors=[rgb,depth]", *SMALL]
 
 @pytest.mark.parametrize("policy", [MAP, TOUR], ids=["map_cma", "tour_cma"])
 def test_random_policies_evaluate_and_do_not_depend_on_the_number_of_environments(tiny_benchmark, tmp_path, policy):
-    runs = {}
-    for k in (1, 2, 4):
+    runs, lats = {}, {}
+    # the policy in the parent process (batched) and inside each worker (batch 1) at several K
+    for mode, k in (("workers", 1), ("workers", 2), ("workers", 4), ("main", 1), ("main", 3)):
         # oracle walks are cut (teleport) after 12 steps and episodes after 12 actions: short, yet every
         # kind of step (agent, oracle goal/start, teleports, tour starts) passes through the policy
-        summary = evaluate(cfg(tiny_benchmark, tmp_path / f"k{k}", *policy, "eval.tours=[0,1,2,3]", f"eval.num_envs={k}",
-                               "env.oracle_step_limit=12", "env.max_agent_steps=12"), show_progress=False)
-        assert summary["num_episodes"] == sum(len(v) for v in outputs(tmp_path / f"k{k}", summary["label"])["iterative_all_stats"].values())
-        runs[k] = outputs(tmp_path / f"k{k}", summary["label"])
-    assert runs[1] == runs[2] == runs[4]
-    lat = summary["latency"]["ms_per_tick"]
-    assert {"policy", "encoders", "batch"} <= set(lat) and ("map" in lat) == (policy is MAP)
+        out = tmp_path / f"{mode}{k}"
+        summary = evaluate(cfg(tiny_benchmark, out, *policy, "eval.tours=[0,1,2,3]", f"eval.num_envs={k}",
+                               f"eval.policy_process={mode}", "env.oracle_step_limit=12", "env.max_agent_steps=12"),
+                           show_progress=False)
+        assert summary["num_episodes"] == sum(len(v) for v in outputs(out, summary["label"])["iterative_all_stats"].values())
+        runs[mode, k], lats[mode] = outputs(out, summary["label"]), summary["latency"]
+    first = runs["workers", 1]
+    assert all(r == first for r in runs.values())
+    tick = lats["main"]["ms_per_tick"]  # the parent's batched policy reports per tick ...
+    assert {"policy", "encoders", "batch"} <= set(tick) and ("map" in tick) == (policy is MAP)
+    step = lats["workers"]["ms_per_step"]  # ... a worker's copy per environment step
+    assert {"policy (in the worker)", "encoders (in the worker)"} <= set(step)
+    assert ("map (in the worker)" in step) == (policy is MAP)
 
 
 def _set_head(policy, bias):

@@ -129,3 +129,10 @@ def test_loss_equals_a_hand_computation():
     assert float(out["progress_loss"]) == pytest.approx(pm)
     assert float(out["loss"]) == pytest.approx((ep0 + ep1) / 2 + pm)
     assert float(out["correct"]) == 2 and float(out["valid"]) == 4  # argmax [0, 2, 2] vs [1, 2, 2]; [3] vs [0]
+
+
+def test_the_official_fp16_store_option_rounds_token_ids_above_2048():
+    from ivln_ce.training.collect import fp16_tokens
+
+    ids = np.array([0, 5, 2047, 2048, 2049, 2051, 2503])
+    assert fp16_tokens(ids).tolist() == [0, 5, 2047, 2048, 2048, 2052, 2504]

@@ -1,0 +1,1 @@
+"""``ivln-ce reproduce``: the paper's findings on the embedded benchmark (plan, pipeline, tables, coverage)."""

@@ -1,0 +1,281 @@
+"""``ivln-ce reproduce``: the paper's Tables 3 and 4 on the embedded benchmark, by one resumable command.
+
+Steps, each reused when its inputs are unchanged (fingerprints) and resumed when interrupted:
+
+1. the synthetic benchmark of the scale's preset (``data synth``; fingerprinted per house);
+2. for RedNet semantics: RedNet trained on the benchmark's train houses (``train-rednet``;
+   resumes from its checkpoint);
+3. for known maps: GT maps from the labelled meshes, predicted maps by the exhaustive visit
+   with that RedNet (``known-maps``; one file per scene, skipped when present);
+4. every model of the table, for every seed, with the same budget (``ivln-ce train``; exact
+   resume from ``resume.pt``; a run folder made with other inputs is moved aside and redone);
+5. every trained model on val_seen and val_unseen tours, in every evaluation map mode of its
+   table (``ivln-ce eval``; per-tour resume with fingerprints);
+6. the tables (``tables.py``) and the tour-coverage analytics (``coverage.py``), rebuilt from
+   the results files every time, and ``README.md`` with the machine, the scale, the time and
+   the deviations from the paper's recipes.
+
+Everything lands under ``OUT``: ``data`` only when ``--data`` points there, ``rednet/``,
+``known_maps/``, ``runs/{model}/seed{s}/{train,eval/{split}_{mode}}/``, ``table3.*``,
+``table4.*``, ``coverage.*``, ``README.md``, ``reproduce.log`` and ``fingerprints.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ivln_ce.reproduce.plan import DEVIATIONS, EVAL_SPLITS, SCALES, Run, Scale, common_overrides, runs_for
+
+
+class Log:
+    """Messages to the console and appended to ``reproduce.log``."""
+
+    def __init__(self, path: Path, echo: bool = True):
+        self.path, self.echo = path, echo
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}"
+        with open(self.path, "a") as fh:
+            fh.write(line + "\n")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def _data_dir(scale: Scale, data: str | Path | None) -> Path:
+    return Path(data) if data else Path("data") / f"synthetic_{scale.preset}"
+
+
+def run_dir(out: Path, run: Run, seed: int) -> Path:
+    return out / "runs" / run.key / f"seed{seed}"
+
+
+def base_overrides(out: Path, data: Path, scale: Scale, run: Run, seed: int, device: str) -> list[str]:
+    return [f"data.root={data}", f"seed={seed}", f"results_dir={run_dir(out, run, seed)}",
+            f"mapping.known_maps_dir={out / 'known_maps'}", f"mapping.rednet_checkpoint={out / 'rednet' / 'checkpoint.pt'}",
+            "mapping.rednet_depth=18", f"train.device={device}", f"eval.device={device}",
+            *common_overrides(scale), *run.overrides]
+
+
+def train_overrides(out: Path, scale: Scale, run: Run, seed: int) -> list[str]:
+    return [f"train.out_dir={run_dir(out, run, seed) / 'train'}", "train.split=train", f"train.epochs={scale.epochs}",
+            f"train.update_size={scale.update_size}", f"train.batch_size={scale.batch_size}", f"train.num_envs={scale.num_envs}",
+            f"train.max_steps={scale.max_steps}", "train.iterations=1", "train.p=1.0"]
+
+
+def eval_overrides(out: Path, scale: Scale, run: Run, seed: int, split: str, mode: str, checkpoint: Path, tours: list[str]) -> list[str]:
+    folder = run_dir(out, run, seed) / "eval" / f"{split}_{mode}"
+    over = [f"results_dir={folder}", "eval.agent=policy", f"eval.split={split}", f"policy.checkpoint={checkpoint}",
+            f"eval.num_envs={scale.num_envs}", "env.oracle_phases=true", "eval.label=final"]
+    if mode != "-":
+        over.append(f"mapping.mode={mode}")
+    if tours:
+        over.append(f"eval.tours=[{','.join(tours)}]")
+    return over
+
+
+def _train_one(cfg, folder: Path, log: Log) -> dict:
+    from ivln_ce.training.trainer import TrainError, train
+
+    try:
+        return train(cfg, show_progress=False)
+    except TrainError as exc:
+        if "other inputs" not in str(exc):
+            raise
+        stale = folder.with_name(folder.name + f".stale-{int(time.time())}")
+        log(f"{folder}: made with other inputs; moved to {stale.name} and trained again")
+        shutil.move(str(folder), str(stale))
+        return train(cfg, show_progress=False)
+
+
+def _ensure_rednet(out: Path, scale: Scale, seed: int, log: Log) -> None:
+    from ivln_ce.fingerprint import code_digest, digest
+    from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
+
+    folder = out / "rednet"
+    cfg = RedNetTrainConfig(out=str(folder), preset=scale.preset, seed=seed, size=scale.rednet_size,
+                            frames_per_house=scale.rednet_frames, encoder_depth=18, epochs=scale.rednet_epochs)
+    key = digest({"config": {k: v for k, v in asdict(cfg).items() if k != "out"}, "code": code_digest("training", "models", "scenes", "sim")})
+    stamp = folder / "inputs.json"
+    if folder.exists() and (not stamp.exists() or json.loads(stamp.read_text()).get("key") != key):
+        stale = folder.with_name(f"rednet.stale-{int(time.time())}")
+        shutil.move(str(folder), str(stale))
+        log(f"rednet: made with other inputs; moved to {stale.name} and trained again")
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"key": key, "config": asdict(cfg)}, indent=2))
+    report = folder / "report.json"
+    if report.exists() and len(json.loads(report.read_text()).get("history", [])) >= cfg.epochs:
+        return  # trained to the end by an earlier run with these inputs
+    log(f"rednet: training RedNet-18 at {cfg.size} px on the {scale.preset} train houses ({cfg.epochs} epochs)")
+    report = train_rednet(cfg, log=lambda m: log(f"rednet: {m}"))
+    log(f"rednet: held-out mIoU {100 * report['miou']:.1f}")
+
+
+def _ensure_known_maps(out: Path, data: Path, scale: Scale, need_predicted: bool, log: Log) -> None:
+    import math
+
+    from ivln_ce.config import load_config
+    from ivln_ce.mapping.known import KnownMaps, build_known_map, known_map_of_scene
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    scenes = sorted((data / "scene_datasets").rglob("*.glb"))
+    gt = KnownMaps(out / "known_maps", "gt_semantics")
+    pred = KnownMaps(out / "known_maps", "predicted_semantics")
+    segmenter = None
+    for glb in scenes:
+        scan = glb.stem
+        todo_gt = not gt.path(scan).exists()
+        todo_pred = need_predicted and not pred.path(scan).exists()
+        if not (todo_gt or todo_pred):
+            continue
+        sensors = "[rgb,depth,semantic]" if todo_pred else "[depth,semantic]"
+        sim = EmbeddedSimulator(load_config(None, [f"simulator.sensors={sensors}", "simulator.renderer=auto",
+                                                   *[f"simulator.{x}.{d}={scale.size}" for x in ("rgb", "depth", "semantic") for d in ("width", "height")]]).simulator)
+        sim.load_scene(str(glb))
+        if todo_gt:
+            xyz, sem = known_map_of_scene(sim.scene, sim.nav.floor_y, sim.config.sensor_height)
+            gt.save(scan, xyz, sem)
+        if todo_pred:
+            if segmenter is None:
+                from ivln_ce.config import load_config as lc
+                from ivln_ce.models.factory import load_segmenter
+
+                segmenter = load_segmenter(lc(None, ["mapping.semantics=rednet", f"mapping.rednet_checkpoint={out / 'rednet' / 'checkpoint.pt'}",
+                                                      "mapping.rednet_depth=18"]).mapping)
+            build_known_map(sim, scan, pred, spacing=scale.visit_spacing, turns=scale.visit_turns,
+                            hfov=math.radians(sim.config.depth.hfov), segmenter=segmenter)
+        sim.close()
+    log(f"known maps: {len(scenes)} scenes (GT{' and predicted' if need_predicted else ''}) in {out / 'known_maps'}")
+
+
+def _final_checkpoint(summary: dict, folder: Path) -> Path:
+    names = summary.get("checkpoints") or []
+    if not names:
+        found = sorted(folder.glob("ckpt.*.pth"), key=lambda p: int(p.name.split(".")[1]))
+        if not found:
+            raise RuntimeError(f"{folder}: the training wrote no checkpoint")
+        return found[-1]
+    return folder / names[-1]
+
+
+def _eval_tours(cfg_overrides: list[str], split: str, limit: int) -> list[str]:
+    if not limit:
+        return []
+    from ivln_ce.config import load_config
+    from ivln_ce.data.tours import load_tours
+
+    cfg = load_config(None, cfg_overrides)
+    tours = load_tours(cfg.data.tours, split)
+    return [t.tour_id for t in tours][:limit]
+
+
+def machine_description() -> dict[str, Any]:
+    import torch
+
+    info = {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, device: str = "cpu", data: str | Path | None = None,
+              echo: bool = True, num_envs: int | None = None) -> dict[str, Any]:
+    """Run (or resume) the reproduction; returns where the tables are and what ran. ``num_envs``
+    overrides the scale's environment count (it changes no result: fingerprints ignore it)."""
+    from ivln_ce.benchmark.synthetic import build_synthetic
+    from ivln_ce.config import load_config
+    from ivln_ce.evaluation.evaluator import evaluate
+    from ivln_ce.reproduce.coverage import coverage_report
+    from ivln_ce.reproduce.tables import write_tables
+
+    if scale_name not in SCALES:
+        raise ValueError(f"unknown scale {scale_name!r}; choose one of {sorted(SCALES)}")
+    if seeds < 1:
+        raise ValueError("--seeds must be at least 1")
+    scale = SCALES[scale_name]
+    if num_envs:
+        from dataclasses import replace
+
+        scale = replace(scale, num_envs=int(num_envs))
+    out = Path(out)
+    data = _data_dir(scale, data)
+    log = Log(out / "reproduce.log", echo)
+    t0 = time.perf_counter()
+    runs = runs_for(table)
+    log(f"reproduce {table} at scale {scale_name} ({len(runs)} models x {seeds} seeds) -> {out}")
+    manifest = build_synthetic(scale.preset, data, seed=0, progress=False)
+    log(f"benchmark: {data} (preset {scale.preset}; episodes {manifest['episodes']})")
+    if any(r.semantics == "rednet" for r in runs):
+        _ensure_rednet(out, scale, 0, log)
+    if any(r.table == "table4" for r in runs):
+        _ensure_known_maps(out, data, scale, any(r.semantics == "rednet" for r in runs), log)
+    results: dict[str, Any] = {"runs": {}, "fingerprints": {}}
+    for run in runs:
+        for seed in range(seeds):
+            base = base_overrides(out, data, scale, run, seed, device)
+            folder = run_dir(out, run, seed) / "train"
+            cfg = load_config(None, base + train_overrides(out, scale, run, seed))
+            t = time.perf_counter()
+            summary = _train_one(cfg, folder, log)
+            ckpt = _final_checkpoint(summary, folder)
+            log(f"{run.key} seed {seed}: trained ({summary['optimizer_steps']} steps, {summary['episodes_collected']} episodes; "
+                f"{time.perf_counter() - t:.0f} s this run) -> {ckpt.name}")
+            results["fingerprints"][f"{run.key}/seed{seed}/train"] = summary["fingerprint"]
+            for split in EVAL_SPLITS:
+                tours = _eval_tours(base, split, scale.eval_tours)
+                for mode in run.eval_modes:
+                    ecfg = load_config(None, base + eval_overrides(out, scale, run, seed, split, mode, ckpt, tours))
+                    t = time.perf_counter()
+                    s = evaluate(ecfg, show_progress=False)
+                    results["runs"][f"{run.key}/seed{seed}/{split}_{mode}"] = {k: s.get(k) for k in ("tndtw", "tndtw_paper", "success")}
+                    results["fingerprints"][f"{run.key}/seed{seed}/eval/{split}_{mode}"] = s["fingerprint"]
+                    shown = "n/a (partial)" if s["tndtw"] is None else f"{100 * s['tndtw']:.1f}"
+                    log(f"{run.key} seed {seed} {split} eval {mode}: t-nDTW {shown}, SR {100 * (s['success'] or 0):.1f} "
+                        f"({time.perf_counter() - t:.0f} s)")
+    tables = write_tables(out, table, runs, seeds)
+    cov = coverage_report(out, data, scale, log)
+    elapsed = time.perf_counter() - t0
+    (out / "fingerprints.json").write_text(json.dumps(results["fingerprints"], indent=2, sort_keys=True))
+    write_readme(out, table, scale_name, scale, seeds, device, data, elapsed, tables, cov)
+    log(f"done in {elapsed / 60:.1f} min: {', '.join(str(p) for p in tables['files'])}")
+    return {"tables": tables, "coverage": cov, "seconds": elapsed, "out": str(out)}
+
+
+def write_readme(out: Path, table: str, scale_name: str, scale: Scale, seeds: int, device: str, data: Path, elapsed: float,
+                 tables: dict, cov: dict) -> None:
+    machine = machine_description()
+    lines = [
+        "# Reproduction of the IVLN paper's findings on the embedded benchmark",
+        "",
+        f"Command: `ivln-ce reproduce {table} --scale {scale_name} --seeds {seeds} --device {device} --out {out}`"
+        + (f" (data in `{data}`)" if data else ""),
+        "",
+        f"Machine: {machine['cpu']}, {machine['cores']} cores" + (f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU")
+        + f"; Python {machine['python']}, torch {machine['torch']}.",
+        f"Time: {elapsed / 3600:.2f} h for the steps that ran in this invocation (reused steps cost nothing; see "
+        "`reproduce.log` for every step's time).",
+        "",
+        f"Scale `{scale_name}`: benchmark preset `{scale.preset}`, {scale.size} px frames, {scale.epochs} epochs over "
+        f"{scale.update_size or 'all'} collected episodes per model, batch {scale.batch_size}, {scale.num_envs} environments; "
+        f"RedNet-18 {scale.rednet_epochs} epochs on {scale.rednet_frames} frames per train house.",
+        "",
+        "## Findings",
+        "",
+    ]
+    lines += [f"- {v}" for v in tables.get("verdicts", [])] or ["- (no finding computed for this table)"]
+    lines += ["", "## Tables", ""]
+    lines += [f"- [{Path(f).name}]({Path(f).name})" for f in tables["files"]]
+    if cov:
+        lines += ["", "## Tour coverage", "", cov.get("summary", ""), "", f"![coverage]({Path(cov['plot']).name})" if cov.get("plot") else ""]
+    lines += ["", "## Deviations from the paper's recipes", ""] + [f"- {d}" for d in DEVIATIONS]
+    lines += ["", "Fingerprints of every training and evaluation: `fingerprints.json`; the full log: `reproduce.log`.", ""]
+    (out / "README.md").write_text("\n".join(lines))

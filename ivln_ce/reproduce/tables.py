@@ -1,0 +1,202 @@
+"""Tables 3 and 4 of the paper from a reproduction's results files, with verdicts.
+
+Each cell is the mean ± standard error over seeds of one metric (TL and NE in metres, the
+others x 100) on one split, read from the evaluations' ``iterative_stats_ckpt_final_{split}.json``
+files; ``table{3,4}_sources.json`` lists, for every row and split, the files its cells come
+from, so every number traces to a results file. The paper's numbers sit beside ours (a
+"paper" row under each "ours" row). A verdict per finding compares the paired difference
+over seeds (same seed, two settings) with its standard error.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, Run
+
+METRICS = {"TL": "path_length", "NE": "distance_to_goal", "OS": "oracle_success", "nDTW": "ndtw", "SR": "success",
+           "SPL": "spl", "t-nDTW": "tndtw"}
+SPLIT_SHORT = {"val_seen": "VS", "val_unseen": "VU"}
+NAMES = {"cma": "CMA", "tour_cma": "TourCMA", "pool_cma": "PoolCMA", "pool_end_cma": "PoolEndCMA"}
+MODE_SHORT = {"episodic": "Ep", "iterative": "It", "known": "Kn"}
+
+
+def stats_file(out: Path, key: str, seed: int, split: str, mode: str) -> Path:
+    return out / "runs" / key / f"seed{seed}" / "eval" / f"{split}_{mode}" / f"iterative_stats_ckpt_final_{split}.json"
+
+
+def _value(summary: dict, column: str) -> float | None:
+    v = summary.get(METRICS[column])
+    if column == "t-nDTW" and v is None:
+        return None
+    if v is None:
+        return None
+    return float(v) if column in ("TL", "NE") else 100.0 * float(v)
+
+
+def mean_se(values: list[float]) -> tuple[float | None, float | None]:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return None, None
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, None
+    var = sum((v - m) ** 2 for v in vals) / (len(vals) - 1)
+    return m, math.sqrt(var / len(vals))
+
+
+def _cell(m: float | None, se: float | None) -> str:
+    if m is None:
+        return "n/a"
+    return f"{m:.1f}" if se is None else f"{m:.1f} ± {se:.1f}"
+
+
+def collect(out: Path, key: str, mode: str, seeds: int) -> tuple[dict, dict]:
+    """Per split and column: the per-seed values; and per split the source files."""
+    values: dict[str, dict[str, list]] = {}
+    sources: dict[str, list[str]] = {}
+    for split in EVAL_SPLITS:
+        values[split] = {c: [] for c in COLUMNS}
+        sources[split] = []
+        for seed in range(seeds):
+            f = stats_file(out, key, seed, split, mode)
+            if not f.exists():
+                for c in COLUMNS:
+                    values[split][c].append(None)
+                continue
+            summary = json.loads(f.read_text())
+            sources[split].append(str(f.relative_to(out)))
+            for c in COLUMNS:
+                values[split][c].append(_value(summary, c))
+    return values, sources
+
+
+def _paired(out: Path, a: tuple[str, str], b: tuple[str, str], seeds: int, split: str = "val_unseen") -> tuple[float | None, float | None, int]:
+    """Mean and SE over seeds of t-nDTW(a) - t-nDTW(b) (x 100); a, b = (run key, eval mode)."""
+    diffs = []
+    for seed in range(seeds):
+        fa, fb = stats_file(out, *a[:1], seed, split, a[1]), stats_file(out, *b[:1], seed, split, b[1])
+        if fa.exists() and fb.exists():
+            va, vb = json.loads(fa.read_text()).get("tndtw"), json.loads(fb.read_text()).get("tndtw")
+            if va is not None and vb is not None:
+                diffs.append(100.0 * (va - vb))
+    m, se = mean_se(diffs)
+    return m, se, len(diffs)
+
+
+def _verdict(name: str, m: float | None, se: float | None, n: int, paper: float, claim: str) -> str:
+    if m is None:
+        return f"{name}: not computed (t-nDTW missing; partial evaluation at this scale)."
+    err = f" ± {se:.1f}" if se is not None else " (one seed: no error bar)"
+    if claim == "better":
+        ok = m > 0 and (se is None or m > 2 * se)
+        word = "reproduced" if ok else ("same direction, not significant" if m > 0 else "not reproduced")
+    else:  # "no better": the first is not better than the second
+        ok = se is None and m <= 0 or se is not None and m <= 2 * se
+        word = "reproduced (no significant gain)" if ok else "not reproduced (a significant gain)"
+    return f"{name}: paired difference in val_unseen t-nDTW {m:+.1f}{err} over {n} seed(s) (paper {paper:+.0f}) - {word}."
+
+
+def _rows_table3(out: Path, runs: list[Run], seeds: int):
+    rows, sources = [], {}
+    for run in runs:
+        values, src = collect(out, run.key, "-", seeds)
+        ours = [NAMES[run.key], "ours"]
+        paper = [NAMES[run.key], "paper"]
+        for split in EVAL_SPLITS:
+            ours += [_cell(*mean_se(values[split][c])) for c in COLUMNS]
+            paper += [str(v) for v in PAPER_TABLE3[run.key][split]]
+        rows += [ours, paper]
+        sources[run.key] = src
+    head = ["model", "source"] + [f"{SPLIT_SHORT[s]} {c}" for s in EVAL_SPLITS for c in COLUMNS]
+    return head, rows, sources
+
+
+def _rows_table4(out: Path, runs: list[Run], seeds: int):
+    rows, sources = [], {}
+    n = 0
+    for run in runs:
+        for mode in MAP_MODES:
+            n += 1
+            values, src = collect(out, run.key, mode, seeds)
+            sem = "GT" if run.semantics == "gt" else "RedNet"
+            tag = [str(n), sem, MODE_SHORT[run.train_mode], MODE_SHORT[mode]]
+            ours = tag + ["ours"]
+            paper = tag + ["paper"]
+            for split in EVAL_SPLITS:
+                ours += [_cell(*mean_se(values[split][c])) for c in COLUMNS]
+                paper += [str(v) for v in PAPER_TABLE4[(run.semantics, run.train_mode, mode)][split]]
+            rows += [ours, paper]
+            sources[f"{run.key}/{mode}"] = src
+    head = ["#", "sem.", "train", "eval", "source"] + [f"{SPLIT_SHORT[s]} {c}" for s in EVAL_SPLITS for c in COLUMNS]
+    return head, rows, sources
+
+
+def _markdown(head, rows) -> str:
+    out = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+    return out + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+
+
+def _csv(head, rows) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(head)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _latex(head, rows, caption: str) -> str:
+    esc = lambda s: s.replace("±", r"$\pm$").replace("_", r"\_").replace("#", r"\#").replace("%", r"\%")  # noqa: E731
+    lines = [r"\begin{table}[t]", r"\centering\small", r"\begin{tabular}{" + "l" * len(head) + "}", r"\toprule",
+             " & ".join(esc(h) for h in head) + r" \\", r"\midrule"]
+    lines += [" & ".join(esc(c) for c in r) + r" \\" for r in rows]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{esc(caption)}}}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str, Any]:
+    files, verdicts = [], []
+    by_table = {"table3": [r for r in runs if r.table == "table3"], "table4": [r for r in runs if r.table == "table4"]}
+    for name, rs in by_table.items():
+        if not rs:
+            continue
+        head, rows, sources = (_rows_table3 if name == "table3" else _rows_table4)(out, rs, seeds)
+        caption = ("Table 3 (IR2R-CE, CMA with unstructured memory): the embedded benchmark, mean ± SE over "
+                   f"{seeds} seed(s); TL/NE in m, others x100; paper rows from Krantz et al. 2023."
+                   if name == "table3" else
+                   f"Table 4 (MAP-CMA): the embedded benchmark, mean ± SE over {seeds} seed(s); paper rows from Krantz et al. 2023.")
+        (out / f"{name}.md").write_text(f"{caption}\n\n" + _markdown(head, rows))
+        (out / f"{name}.csv").write_text(_csv(head, rows))
+        (out / f"{name}.tex").write_text(_latex(head, rows, caption))
+        (out / f"{name}_sources.json").write_text(json.dumps(sources, indent=2))
+        files += [out / f"{name}.{ext}" for ext in ("md", "csv", "tex")]
+    keys = {r.key for r in runs}
+    if by_table["table3"] and "cma" in keys:
+        for m in ("tour_cma", "pool_cma", "pool_end_cma"):
+            if m in keys:
+                d, se, n = _paired(out, (m, "-"), ("cma", "-"), seeds)
+                paper = PAPER_TABLE3[m]["val_unseen"][-1] - PAPER_TABLE3["cma"]["val_unseen"][-1]
+                verdicts.append(_verdict(f"Latent tour memory does not help: {NAMES[m]} - CMA", d, se, n, paper, "no better"))
+    if by_table["table4"]:
+        checks = [("gt", ("map_cma_gt_iterative", "iterative"), ("map_cma_gt_episodic", "episodic"), "better",
+                   "Map memory over tours helps (GT semantics): train+eval It - train+eval Ep"),
+                  ("rednet", ("map_cma_rednet_iterative", "iterative"), ("map_cma_rednet_iterative", "episodic"), "better",
+                   "Map memory over tours helps (RedNet semantics): It-trained, eval It - eval Ep"),
+                  ("gt", ("map_cma_gt_known", "known"), ("map_cma_gt_iterative", "iterative"), "no better",
+                   "Known maps are no better than iterative (GT): Kn/Kn - It/It"),
+                  ("rednet", ("map_cma_rednet_known", "known"), ("map_cma_rednet_iterative", "iterative"), "no better",
+                   "Known maps are no better than iterative (RedNet): Kn/Kn - It/It")]
+        for sem, a, b, claim, name in checks:
+            if a[0] in keys and b[0] in keys:
+                d, se, n = _paired(out, a, b, seeds)
+                pa = PAPER_TABLE4[(sem, a[0].rsplit("_", 1)[1], a[1])]["val_unseen"][-1]
+                pb = PAPER_TABLE4[(sem, b[0].rsplit("_", 1)[1], b[1])]["val_unseen"][-1]
+                verdicts.append(_verdict(name, d, se, n, pa - pb, claim))
+    if verdicts:
+        (out / "findings.md").write_text("# Findings\n\n" + "".join(f"- {v}\n" for v in verdicts))
+    return {"files": files, "verdicts": verdicts}

@@ -1,0 +1,194 @@
+"""Training data and throughput: the trajectory store vs the official layout; collection and
+training speed, and where the time goes.
+
+For CMA (latent, RGB + depth features) and MAP-CMA (depth features + egocentric maps), in one
+run on the tiny synthetic benchmark:
+
+1. **Collect** teacher-forcing episodes (the same episodes for every encoding) and report
+   collection steps/s with the engine's breakdown.
+2. **Bytes per stored step** of the toolkit's store (fp16 + zlib, fp16 raw, fp32 raw) against
+   the official layout: per episode, msgpack of ``[observation map, prev_actions,
+   oracle_actions]`` where the observation map holds every sensor as a (T, ...) array, the
+   instruction repeated at every step, arrays encoded as msgpack-numpy does (a map with the
+   raw bytes); fp32 as officially, and fp16 (the official option). The ratios say how much
+   smaller the toolkit's store is; the content is the same (training reads the same numbers,
+   up to the fp16 choice, which both layouts offer).
+3. **Train** from the store: optimizer steps/s and timesteps/s at ``--batch`` episodes per
+   batch, split into data loading + collate, forward, backward, optimizer.
+
+    python scripts/bench_train.py [--data data/synthetic_tiny] [--episodes 24] [--batch 5] [--steps 10] [--small]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ivln_ce.benchmark.synthetic import build_synthetic
+from ivln_ce.config import load_config
+
+
+def msgpack_official(ep, fp16: bool) -> bytes:
+    """One stored episode in the official LMDB value layout (msgpack + msgpack-numpy style)."""
+    import msgpack
+
+    def nd(a: np.ndarray) -> dict:
+        a = np.ascontiguousarray(a)
+        if fp16 and a.dtype == np.float32:
+            a = a.astype(np.float16)
+        return {b"nd": True, b"type": a.dtype.str.encode(), b"kind": b"", b"shape": list(a.shape), b"data": a.tobytes()}
+
+    T = ep.length
+    obs = {"instruction": nd(np.repeat(np.asarray(ep.constants["instruction"], np.int64)[None], T, 0)),
+           "progress": nd(np.asarray(ep.steps["progress"], np.float32)),
+           "not_done_masks": nd(np.concatenate([[0.0], np.ones(T - 1)]).astype(np.float32).reshape(T, 1))}
+    for k in ("depth_features", "rgb_features"):
+        if k in ep.steps:
+            obs[k] = nd(np.asarray(ep.steps[k]).astype(np.float32))
+    for k in ("occupancy_map", "semantic_map"):
+        if k in ep.steps:
+            obs[k] = nd(np.asarray(ep.steps[k]).astype(np.uint8))
+    return msgpack.packb([obs, nd(np.asarray(ep.steps["prev_actions"], np.int64)),
+                          nd(np.asarray(ep.steps["oracle_actions"], np.int64))], use_bin_type=True)
+
+
+def collect(args, name: str, out: Path) -> tuple[dict, float]:
+    from ivln_ce.training.trainer import train
+
+    sensors = "[depth,semantic]" if name == "map_cma" else "[rgb,depth]"
+    over = [f"data.root={args.data}", f"results_dir={out}", f"policy.name={name}", f"simulator.sensors={sensors}",
+            "train.epochs=1", "train.max_steps=1", f"train.update_size={args.episodes}", "env.oracle_phases=false",
+            "mapping.mode=episodic", "train.store_codec=raw", "train.store_fp16=false", f"train.num_envs={args.envs}",
+            f"train.device={args.device}"]
+    if args.small:
+        over += ["policy.depth_backbone=small", "policy.rgb_depth=18"]
+    t = time.perf_counter()
+    summary = train(load_config(None, over), show_progress=False)
+    return summary, time.perf_counter() - t
+
+
+def store_sizes(src: Path, tmp: Path) -> dict[str, float]:
+    from ivln_ce.training.store import TrajectoryStore, TrajectoryWriter
+
+    store = TrajectoryStore(src)
+    eps = [store[i] for i in range(len(store))]
+    steps = sum(e.length for e in eps)
+    out = {}
+    for label, fp16, codec in (("ivln_ce fp16+zlib", True, "zlib"), ("ivln_ce fp16 raw", True, "raw"), ("ivln_ce fp32 raw", False, "raw")):
+        d = tmp / label.replace(" ", "_").replace("+", "_")
+        with TrajectoryWriter(d, "s", fp16=fp16, codec=codec) as w:
+            for e in eps:
+                w.append(e)
+        out[label] = sum(p.stat().st_size for p in d.glob("*")) / steps
+    for fp16 in (False, True):
+        out[f"official msgpack {'fp16' if fp16 else 'fp32'}"] = sum(len(msgpack_official(e, fp16)) for e in eps) / steps
+    return out
+
+
+def train_speed(args, name: str, store_dir: Path) -> dict[str, float]:
+    """Optimizer steps from the store with a per-phase breakdown (single process, ``--device``)."""
+    from ivln_ce.models.factory import build_policy
+    from ivln_ce.training.batching import bucketed_batches, collate
+    from ivln_ce.training.store import TrajectoryStore
+    from ivln_ce.training.trainer import batch_losses
+
+    store = TrajectoryStore(store_dir)
+    over = [f"policy.name={name}"] + (["policy.depth_backbone=small", "policy.rgb_depth=18"] if args.small else [])
+    cfg = load_config(None, over + [f"data.root={args.data}"])
+    from ivln_ce.data.episodes import load_episodes
+
+    vocab = len(load_episodes(cfg.data.episodes.replace("{split}", "train")).vocab)
+    policy, _ = build_policy(cfg.policy, vocab, cfg.train, device=args.device, seed=0)
+    opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=2.5e-4)
+    policy.train()
+    cuda = args.device.startswith("cuda")
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+    batches = bucketed_batches([store.steps(i) for i in range(len(store))], args.batch, 0, 0, 0)
+    t = {"load+collate": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    timesteps = done = 0
+    import importlib.util
+
+    sampler_spec = importlib.util.spec_from_file_location("gpu_sampler", Path(__file__).with_name("gpu_sampler.py"))
+    gpu_sampler = importlib.util.module_from_spec(sampler_spec)
+    sampler_spec.loader.exec_module(gpu_sampler)
+    sampler = gpu_sampler.GPUSampler().__enter__() if cuda else None
+    for n in range(args.steps):
+        b = batches[n % len(batches)]
+        t0 = time.perf_counter()
+        batch = collate([store[i] for i in b]).to(args.device)
+        sync()
+        t1 = time.perf_counter()
+        losses = batch_losses(policy, batch, 1.0 if name == "map_cma" else 0.0, len(b), int(batch.valid.sum()), 1)
+        sync()
+        t2 = time.perf_counter()
+        opt.zero_grad()
+        losses["loss"].backward()
+        sync()
+        t3 = time.perf_counter()
+        opt.step()
+        sync()
+        t4 = time.perf_counter()
+        if n > 0:  # the first step warms up allocators
+            for k, a, z in (("load+collate", t0, t1), ("forward", t1, t2), ("backward", t2, t3), ("optimizer", t3, t4)):
+                t[k] += z - a
+            timesteps += int(batch.valid.sum())
+            done += 1
+    total = sum(t.values())
+    busy = None
+    if sampler is not None:
+        sampler.__exit__()
+        busy = sampler.busy
+    out = {"optimizer_steps_per_s": done / total, "timesteps_per_s": timesteps / total,
+           **{f"{k} %": 100 * v / total for k, v in t.items()}}
+    if busy is not None:
+        out["gpu busy %"] = 100 * busy
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="data/synthetic_tiny")
+    ap.add_argument("--models", default="cma,map_cma")
+    ap.add_argument("--episodes", type=int, default=24)
+    ap.add_argument("--envs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--small", action="store_true", help="small depth CNN and ResNet-18 RGB trunk")
+    ap.add_argument("--device", default="cpu", help="where the training steps run (collection follows it)")
+    args = ap.parse_args(argv)
+    build_synthetic("tiny", args.data, progress=False)
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; {'small encoders' if args.small else 'official encoders (DD-PPO ResNet-50, RGB ResNet-50)'}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name in args.models.split(","):
+            summary, secs = collect(args, name, tmp / name)
+            print(f"\n{name}: collected {summary['episodes_collected']} episodes, {summary['steps_collected']} steps "
+                  f"in {secs:.1f} s (start-up included) -> {summary['steps_collected'] / secs:.1f} steps/s")
+            sizes = store_sizes(tmp / name / "store", tmp / f"{name}_sizes")
+            official = sizes["official msgpack fp32"]
+            print(f"  bytes per stored step (ratio: official fp32 / this):")
+            for k, v in sizes.items():
+                print(f"    {k:>24}: {v:10.0f} B/step   {official / v:6.2f}x smaller than official fp32, "
+                      f"{sizes['official msgpack fp16'] / v:6.2f}x than official fp16")
+            speed = train_speed(args, name, tmp / name / "store")
+            print(f"  training from the store (batch {args.batch}): {speed['optimizer_steps_per_s']:.2f} optimizer steps/s, "
+                  f"{speed['timesteps_per_s']:.1f} timesteps/s; time: " +
+                  ", ".join(f"{k[:-2]} {v:.0f}%" for k, v in speed.items() if k.endswith("%") and not k.startswith("gpu"))
+                  + (f"; GPU busy {speed['gpu busy %']:.0f}% of the time" if "gpu busy %" in speed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
