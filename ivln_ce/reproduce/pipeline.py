@@ -82,18 +82,18 @@ def eval_overrides(out: Path, scale: Scale, run: Run, seed: int, split: str, mod
     return over
 
 
-def _train_one(cfg, folder: Path, log: Log) -> dict:
+def _train_one(cfg, folder: Path, log: Log, progress: bool) -> dict:
     from ivln_ce.training.trainer import TrainError, train
 
     try:
-        return train(cfg, show_progress=False)
+        return train(cfg, show_progress=progress)
     except TrainError as exc:
         if "other inputs" not in str(exc):
             raise
         stale = folder.with_name(folder.name + f".stale-{int(time.time())}")
         log(f"{folder}: made with other inputs; moved to {stale.name} and trained again")
         shutil.move(str(folder), str(stale))
-        return train(cfg, show_progress=False)
+        return train(cfg, show_progress=progress)
 
 
 def _ensure_rednet(out: Path, scale: Scale, seed: int, log: Log) -> None:
@@ -209,6 +209,7 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
     out = Path(out)
     data = _data_dir(scale, data)
     log = Log(out / "reproduce.log", echo)
+    progress = echo and sys.stderr.isatty()  # the bars of each training and evaluation, on a terminal
     t0 = time.perf_counter()
     runs = runs_for(table)
     log(f"reproduce {table} at scale {scale_name} ({len(runs)} models x {seeds} seeds) -> {out}")
@@ -225,7 +226,7 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
             folder = run_dir(out, run, seed) / "train"
             cfg = load_config(None, base + train_overrides(out, scale, run, seed))
             t = time.perf_counter()
-            summary = _train_one(cfg, folder, log)
+            summary = _train_one(cfg, folder, log, progress)
             ckpt = _final_checkpoint(summary, folder)
             log(f"{run.key} seed {seed}: trained ({summary['optimizer_steps']} steps, {summary['episodes_collected']} episodes; "
                 f"{time.perf_counter() - t:.0f} s this run) -> {ckpt.name}")
@@ -235,7 +236,7 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
                 for mode in run.eval_modes:
                     ecfg = load_config(None, base + eval_overrides(out, scale, run, seed, split, mode, ckpt, tours))
                     t = time.perf_counter()
-                    s = evaluate(ecfg, show_progress=False)
+                    s = evaluate(ecfg, show_progress=progress)
                     results["runs"][f"{run.key}/seed{seed}/{split}_{mode}"] = {k: s.get(k) for k in ("tndtw", "tndtw_paper", "success")}
                     results["fingerprints"][f"{run.key}/seed{seed}/eval/{split}_{mode}"] = s["fingerprint"]
                     shown = "n/a (partial)" if s["tndtw"] is None else f"{100 * s['tndtw']:.1f}"
