@@ -178,7 +178,7 @@ def main(argv=None) -> int:
                   f"in {secs:.1f} s (start-up included) -> {summary['steps_collected'] / secs:.1f} steps/s")
             sizes = store_sizes(tmp / name / "store", tmp / f"{name}_sizes")
             official = sizes["official msgpack fp32"]
-            print(f"  bytes per stored step (ratio: official fp32 / this):")
+            print("  bytes per stored step (ratio: official fp32 / this):")
             for k, v in sizes.items():
                 print(f"    {k:>24}: {v:10.0f} B/step   {official / v:6.2f}x smaller than official fp32, "
                       f"{sizes['official msgpack fp16'] / v:6.2f}x than official fp16")

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
+from ivln_ce.data.jsonio import atomic_write_bytes, write_json
 
 CHECKPOINT = re.compile(r"^ckpt\.(\d+)\.pth$")
 TABLE_METRICS = ("path_length", "distance_to_goal", "oracle_success", "ndtw", "success", "spl", "tndtw")
@@ -76,7 +76,7 @@ def format_checkpoint_table(rows: list[dict], best: dict | None) -> str:
 
 def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_size: int | None = None,
                                show_progress: bool = True) -> dict[str, Any] | None:
-    from ivln_ce.evaluation.evaluator import EvalPaths, evaluate
+    from ivln_ce.evaluation.evaluator import evaluate
 
     folder = Path(cfg.policy.checkpoint)
     results = Path(cfg.results_dir)

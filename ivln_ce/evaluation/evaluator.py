@@ -39,7 +39,7 @@ from tqdm import tqdm
 from ivln_ce.config import ConfigError, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
-from ivln_ce.data.targets import PathFileWriter, TourPath, iter_target_paths
+from ivln_ce.data.targets import PathFileWriter, TourPath, iter_target_paths, target_splits
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem, contained_scene_path, simulator_distance
 from ivln_ce import fingerprint as fpr
@@ -97,6 +97,8 @@ class SplitData:
     files: dict[str, str]  # role -> path read
     notes: list[str] = field(default_factory=list)
     vocab_size: int = 0
+    #: the target tour paths file has this split (else t-nDTW is not computed, and a note says why)
+    has_targets: bool = True
 
 
 def _fmt(path_template: str, split: str) -> str:
@@ -128,10 +130,20 @@ def load_split(cfg: DictConfig) -> SplitData:
         refs = {}
         notes.append(f"{ref_file} not found: per-episode nDTW, CLS and SED use each episode's reference_path "
                      f"(its nav-graph nodes) instead of the expert rollout; SED is not computed")
+    # the target tour paths, checked (and their split looked up) before any work starts
+    target_file = Path(cfg.data.target_paths)
+    has_targets = target_file.exists()
+    if not has_targets:
+        notes.append(f"no target tour paths at {target_file}: t-nDTW not computed")
+    else:
+        present = target_splits(target_file)
+        if split not in present:
+            has_targets = False
+            notes.append(f"{target_file} has no split {split!r} (it has {', '.join(present) or 'none'}): t-nDTW not computed")
     files = {"episodes": episodes_file, "references": str(ref_file), "tours": str(cfg.data.tours)}
     vocab = ds.vocab
     vocab_size = len(vocab) if vocab is not None else 1 + max((t for e in ds for t in e.instruction_tokens), default=0)
-    return SplitData(items, refs, scenes_dir, files, notes, vocab_size)
+    return SplitData(items, refs, scenes_dir, files, notes, vocab_size, has_targets)
 
 
 # --------------------------------------------------------------------------- checks
@@ -554,8 +566,7 @@ def score_paths(cfg: DictConfig, split: SplitData, agent_paths: dict[str, TourPa
     target_file = Path(cfg.data.target_paths)
     t = cfg.metrics.tndtw
     out: dict[str, Any] = {"tndtw": None, "tndtw_official": None, "tndtw_paper": None, "per_tour": {}}
-    if not target_file.exists():
-        notes.append(f"no target tour paths at {target_file}: t-nDTW not computed")
+    if not split.has_targets:  # load_split said why, in the split's notes
         return out, notes
     targets = [(tid, tp) for tid, tp in iter_target_paths(target_file, cfg.eval.split) if not partial or tid in agent_paths]
     kw = dict(d_th=float(t.d_th), on_infeasible=t.on_infeasible.value)
@@ -717,7 +728,7 @@ def format_summary(summary: dict, results_dir: str | Path) -> str:
     lines = [
         f"{summary['agent']} (label {summary['label']}) on {summary['split']}: {summary['num_tours']} tours, "
         f"{summary['num_episodes']} episodes, {summary['teleports']} teleports -> {results_dir}",
-        "  ".join(f"{k} {v:.2f}" for k, v in row.items()),
+        "  ".join(f"{k} {'n/a' if math.isnan(v) else f'{v:.2f}'}" for k, v in row.items()),
         f"t-nDTW: variant {summary['tndtw_variant']}, distance {summary['tndtw_distance']}"
         + ("" if summary["leaderboard_valid"] else " (analysis only, not leaderboard-valid)"),
     ]

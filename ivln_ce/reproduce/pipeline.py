@@ -32,7 +32,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ivln_ce.reproduce.plan import DEVIATIONS, EVAL_SPLITS, SCALES, Run, Scale, common_overrides, runs_for
+import ivln_ce
+from ivln_ce.fingerprint import code_digest
+from ivln_ce.reproduce.plan import DEVIATIONS, EVAL_SPLITS, REFERENCE_AGENTS, SCALES, Run, Scale, common_overrides, runs_for
 
 
 class Log:
@@ -97,7 +99,7 @@ def _train_one(cfg, folder: Path, log: Log, progress: bool) -> dict:
 
 
 def _ensure_rednet(out: Path, scale: Scale, seed: int, log: Log) -> None:
-    from ivln_ce.fingerprint import code_digest, digest
+    from ivln_ce.fingerprint import digest
     from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
 
     folder = out / "rednet"
@@ -242,6 +244,18 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
                     shown = "n/a (partial)" if s["tndtw"] is None else f"{100 * s['tndtw']:.1f}"
                     log(f"{run.key} seed {seed} {split} eval {mode}: t-nDTW {shown}, SR {100 * (s['success'] or 0):.1f} "
                         f"({time.perf_counter() - t:.0f} s)")
+    for agent in REFERENCE_AGENTS:  # the same tours, seeds and episode limits as the models
+        ref = Run(f"reference_{agent}", "reference", ("simulator.sensors=[depth]",), ("-",))
+        for seed in range(seeds):
+            base = base_overrides(out, data, scale, ref, seed, device)
+            for split in EVAL_SPLITS:
+                tours = _eval_tours(base, split, scale.eval_tours)
+                over = [o for o in eval_overrides(out, scale, ref, seed, split, "-", Path(), tours)
+                        if not o.startswith(("policy.checkpoint=", "eval.agent="))]
+                s = evaluate(load_config(None, base + over + [f"eval.agent={agent}"]), show_progress=progress)
+                results["fingerprints"][f"{ref.key}/seed{seed}/eval/{split}_-"] = s["fingerprint"]
+                shown = "n/a (partial)" if s["tndtw"] is None else f"{100 * s['tndtw']:.1f}"
+                log(f"{agent} agent seed {seed} {split}: t-nDTW {shown}, SR {100 * (s['success'] or 0):.1f}")
     tables = write_tables(out, table, runs, seeds)
     cov = coverage_report(out, data, scale, log)
     elapsed = time.perf_counter() - t0
@@ -267,7 +281,11 @@ def write_readme(out: Path, table: str, scale_name: str, scale: Scale, seeds: in
         "",
         f"Scale `{scale_name}`: benchmark preset `{scale.preset}`, {scale.size} px frames, {scale.epochs} epochs over "
         f"{scale.update_size or 'all'} collected episodes per model, batch {scale.batch_size}, {scale.num_envs} environments; "
-        f"RedNet-18 {scale.rednet_epochs} epochs on {scale.rednet_frames} frames per train house.",
+        f"RedNet-18 {scale.rednet_epochs} epochs on {scale.rednet_frames} frames per train house; evaluated on "
+        + (f"the first {scale.eval_tours} tours of each split" if scale.eval_tours else "every tour of each split")
+        + f". The reference rows are the scripted {' and '.join(REFERENCE_AGENTS)} agents on the same tours.",
+        "",
+        f"Code: ivln_ce {ivln_ce.__version__}, source digest `{code_digest()[:16]}` (the `code` entry of every fingerprint).",
         "",
         "## Findings",
         "",

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 TABLE3 = ("cma", "tour_cma", "pool_cma", "pool_end_cma")
 SEMANTICS = ("gt", "rednet")
+#: scripted agents evaluated on the same tours as the models: the floor a trained model must clear
+REFERENCE_AGENTS = ("random", "forward")
 MAP_MODES = ("episodic", "iterative", "known")
 EVAL_SPLITS = ("val_seen", "val_unseen")
 

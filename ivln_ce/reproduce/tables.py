@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, Run
+from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
 
 METRICS = {"TL": "path_length", "NE": "distance_to_goal", "OS": "oracle_success", "nDTW": "ndtw", "SR": "success",
            "SPL": "spl", "t-nDTW": "tndtw"}
@@ -102,6 +102,15 @@ def _verdict(name: str, m: float | None, se: float | None, n: int, paper: float,
     return f"{name}: paired difference in val_unseen t-nDTW {m:+.1f}{err} over {n} seed(s) (paper {paper:+.0f}) - {word}."
 
 
+def _floor_verdict(name: str, m: float | None, se: float | None, n: int) -> str:
+    if m is None:
+        return f"{name} beats the random agent: not computed (t-nDTW missing)."
+    err = f" ± {se:.1f}" if se is not None else " (one seed: no error bar)"
+    ok = m > 0 and (se is None or m > 2 * se)
+    return (f"{name} beats the random agent: paired difference in val_unseen t-nDTW {m:+.1f}{err} over {n} seed(s) - "
+            f"{'yes' if ok else 'no'}.")
+
+
 def _rows_table3(out: Path, runs: list[Run], seeds: int):
     rows, sources = [], {}
     for run in runs:
@@ -137,6 +146,19 @@ def _rows_table4(out: Path, runs: list[Run], seeds: int):
     return head, rows, sources
 
 
+def _reference_rows(out: Path, seeds: int, width: int, sources: dict) -> list[list[str]]:
+    """One row per scripted agent (no paper numbers), padded to the table's leading columns."""
+    rows = []
+    for agent in REFERENCE_AGENTS:
+        values, src = collect(out, f"reference_{agent}", "-", seeds)
+        row = [f"{agent} agent"] + [""] * (width - 2) + ["reference"]
+        for split in EVAL_SPLITS:
+            row += [_cell(*mean_se(values[split][c])) for c in COLUMNS]
+        rows.append(row)
+        sources[f"reference_{agent}"] = src
+    return rows
+
+
 def _markdown(head, rows) -> str:
     out = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     return out + "".join("| " + " | ".join(r) + " |\n" for r in rows)
@@ -166,6 +188,7 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
         if not rs:
             continue
         head, rows, sources = (_rows_table3 if name == "table3" else _rows_table4)(out, rs, seeds)
+        rows += _reference_rows(out, seeds, head.index("source") + 1, sources)
         caption = ("Table 3 (IR2R-CE, CMA with unstructured memory): the embedded benchmark, mean ± SE over "
                    f"{seeds} seed(s); TL/NE in m, others x100; paper rows from Krantz et al. 2023."
                    if name == "table3" else
@@ -197,6 +220,12 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
                 pa = PAPER_TABLE4[(sem, a[0].rsplit("_", 1)[1], a[1])]["val_unseen"][-1]
                 pb = PAPER_TABLE4[(sem, b[0].rsplit("_", 1)[1], b[1])]["val_unseen"][-1]
                 verdicts.append(_verdict(name, d, se, n, pa - pb, claim))
+    for run in runs:  # the floor: a trained model should beat the random agent on the same tours
+        mode = "-" if run.table == "table3" else run.train_mode
+        d, se, n = _paired(out, (run.key, mode), ("reference_random", "-"), seeds)
+        name = NAMES[run.key] if run.table == "table3" else (
+            f"MAP-CMA ({'GT' if run.semantics == 'gt' else 'RedNet'} semantics, {mode} maps in training and evaluation)")
+        verdicts.append(_floor_verdict(name, d, se, n))
     if verdicts:
         (out / "findings.md").write_text("# Findings\n\n" + "".join(f"- {v}\n" for v in verdicts))
     return {"files": files, "verdicts": verdicts}

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 from omegaconf import DictConfig
 
-from ivln_ce.config import PolicyName, as_dataclass
+from ivln_ce.config import PolicyName
 from ivln_ce.rollout.engine import StreamView
 
 LATENT = {PolicyName.cma, PolicyName.tour_cma, PolicyName.pool_cma, PolicyName.pool_end_cma}

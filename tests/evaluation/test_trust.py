@@ -11,7 +11,7 @@ import pytest
 from ivln_ce.config import ConfigError, load_config
 from ivln_ce.data.episodes import load_episodes
 from ivln_ce.data.tours import load_tours
-from ivln_ce.evaluation.evaluator import EvalPaths, evaluate
+from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, format_summary
 from ivln_ce.evaluation.recorders import safe_name
 
 
@@ -118,6 +118,21 @@ def test_missing_reference_trajectories_are_reported(tiny_benchmark, tmp_path, c
     assert with_refs["ndtw_reference"]["reference_path"] == 0 and with_refs["notes"] == []
     assert with_refs["sed"] == pytest.approx(1.0)  # the oracle repeats the expert's actions
     assert summary["sed"] is None  # no expert actions without the references file
+
+
+def test_a_split_without_target_paths_is_scored_without_t_ndtw_and_says_why(tiny_benchmark, tmp_path, caplog):
+    """gt_ndtw.json of the benchmark has val_seen and val_unseen only: a train evaluation (e.g. of
+    an overfitted policy) gets its episodic metrics, no t-nDTW, and a note logged before the run."""
+    summary = evaluate(load_config(None, [f"data.root={tiny_benchmark}", f"results_dir={tmp_path}", "simulator.sensors=[]",
+                                          "eval.split=train", "eval.tours=[0]", "eval.agent=forward"]))
+    assert summary["tndtw"] is None and summary["tndtw_paper"] is None and summary["tndtw_official"] is None
+    notes = [n for n in summary["notes"] if "no split 'train'" in n]
+    assert len(notes) == 1 and "val_seen, val_unseen" in notes[0] and "t-nDTW not computed" in notes[0]
+    assert summary["num_episodes"] == len(load_tours(tiny_benchmark / "tours.json", "train")[0].episode_ids)
+    assert summary["success"] is not None and summary["path_length"] > 0
+    assert any("no split 'train'" in r.message for r in caplog.records)
+    assert (tmp_path / "tours_forward_train" / "0.json").exists()
+    assert "t-nDTW n/a" in format_summary(summary, tmp_path) and "nan" not in format_summary(summary, tmp_path)
 
 
 def test_stale_temporaries_are_cleaned_and_files_honour_the_umask(tiny_benchmark, tmp_path):

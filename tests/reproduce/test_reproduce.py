@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch", reason="training needs torch")
 
 from ivln_ce.cli import main  # noqa: E402
-from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, TABLE3  # noqa: E402
+from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, REFERENCE_AGENTS, TABLE3  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +31,22 @@ def test_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(reprod
         head, body = rows[0], rows[1:]
         assert head[-14:] == [f"{s} {c}" for s in ("VS", "VU") for c in COLUMNS]
         expected = len(TABLE3) if name == "table3" else 2 * 3 * len(MAP_MODES)
-        assert len(body) == 2 * expected and [r[head.index("source")] for r in body] == ["ours", "paper"] * expected
+        refs = len(REFERENCE_AGENTS)
+        assert len(body) == 2 * expected + refs
+        assert [r[head.index("source")] for r in body] == ["ours", "paper"] * expected + ["reference"] * refs
+        assert [r[0] for r in body[-refs:]] == [f"{a} agent" for a in REFERENCE_AGENTS]
         sources = json.loads((out / f"{name}_sources.json").read_text())
-        assert len(sources) == expected
+        assert list(sources)[-refs:] == [f"reference_{a}" for a in REFERENCE_AGENTS]
+        assert len(sources) == expected + refs
         for key, per_split in sources.items():
             for split in EVAL_SPLITS:
                 assert len(per_split[split]) == 1  # one seed
                 stats = json.loads((out / per_split[split][0]).read_text())
                 assert stats["split"] == split and stats["label"] == "final"
+        for a in REFERENCE_AGENTS:  # the reference rows come from the scripted agents' own results
+            assert json.loads((out / sources[f"reference_{a}"]["val_unseen"][0]).read_text())["agent"] == a
         # the "ours" cells equal the results files (one seed: no error bar)
-        for r, (key, per_split) in zip(body[0::2], sources.items()):
+        for r, (key, per_split) in zip(body[0:2 * expected:2] + body[-refs:], sources.items(), strict=True):
             for s_i, split in enumerate(EVAL_SPLITS):
                 stats = json.loads((out / per_split[split][0]).read_text())
                 sr = r[head.index(f"{('VS', 'VU')[s_i]} SR")]
@@ -48,7 +54,10 @@ def test_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(reprod
                 tl = r[head.index(f"{('VS', 'VU')[s_i]} TL")]
                 assert tl == f"{stats['path_length']:.1f}"
     findings = (out / "findings.md").read_text()
-    assert findings.count("paired difference") + findings.count("not computed") == 3 + 4
+    # 3 + 4 findings of the paper, and one "beats the random agent" per trained model
+    assert findings.count("paired difference") + findings.count("not computed") == 3 + 4 + len(TABLE3) + 6
+    assert findings.count("beats the random agent") == len(TABLE3) + 6
+    assert "reference_random/seed0/eval/val_unseen_-" in json.loads((out / "fingerprints.json").read_text())
     readme = (out / "README.md").read_text()
     assert "--scale tiny" in readme and "Deviations" in readme and "cores" in readme
 

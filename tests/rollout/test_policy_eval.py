@@ -7,7 +7,6 @@ layout and toolkit checkpoints, and folders of them, evaluate."""
 
 import json
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="policies need torch")

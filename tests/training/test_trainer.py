@@ -163,7 +163,6 @@ def _grads(rank, world, port, out):
     """One training step's gradients and BatchNorm statistics on this rank's slice."""
     from ivln_ce.models.map_cma import MapCMAPolicy
     from ivln_ce.training import distributed as ddp
-    from ivln_ce.training.batching import collate
     from ivln_ce.training.trainer import batch_losses
 
     if world > 1:
