@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
+from ivln_ce.viz.table import mean_se as seed_mean_se
 
 METRICS = {"TL": "path_length", "NE": "distance_to_goal", "OS": "oracle_success", "nDTW": "ndtw", "SR": "success",
            "SPL": "spl", "t-nDTW": "tndtw"}
@@ -39,15 +40,9 @@ def _value(summary: dict, column: str) -> float | None:
     return float(v) if column in ("TL", "NE") else 100.0 * float(v)
 
 
-def mean_se(values: list[float]) -> tuple[float | None, float | None]:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    if not vals:
-        return None, None
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return m, None
-    var = sum((v - m) ** 2 for v in vals) / (len(vals) - 1)
-    return m, math.sqrt(var / len(vals))
+def mean_se(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean ± SE over the seeds that have a value (missing files and n/a cells are skipped)."""
+    return seed_mean_se([v for v in values if v is not None and not math.isnan(v)])
 
 
 def _cell(m: float | None, se: float | None) -> str:

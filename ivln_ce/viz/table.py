@@ -71,7 +71,8 @@ class TableRow:
         return len(self.runs)
 
 
-def _mean_se(values: list[float]) -> tuple[float | None, float | None]:
+def mean_se(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and standard error of the mean (sample sd / sqrt(n)); no error bar for one value."""
     if not values:
         return None, None
     m = sum(values) / len(values)
@@ -102,7 +103,7 @@ def results_table(run_dirs: Sequence[str | Path], split: str | None = None, labe
         mean, se = {}, {}
         for h, _, _ in COLUMNS:
             vals = [v for v in (m.row()[h] for m in members) if v is not None]
-            mean[h], se[h] = _mean_se(vals)
+            mean[h], se[h] = mean_se(vals)
         labels = sorted({m.label for m in members})
         rows.append(TableRow(
             name=labels[0] if len(labels) == 1 else "/".join(labels),
