@@ -285,9 +285,11 @@ class TrainConfig:
     #: T7 (official true): fixed lanes (tours in decreasing size, greedy packing) and the
     #: off-by-one drop-last; false reshuffles tours into lanes every epoch and keeps every episode
     official_lanes: bool = False
-    #: P6 (official false): iterative-maps fine-tuning collects on the split's tours; false runs
-    #: the split's episodes without tours through the iterative runner (the oracle walks between
-    #: unrelated episodes and the map spans the whole round)
+    #: P6 (official false): iterative-maps DAgger fine-tuning (MAP-CMA, mapping.mode=iterative,
+    #: train.p < 1) collects on the split's tours; false runs the split's episodes without tours,
+    #: in one scene-grouped chain per collection environment (train.num_envs), through the
+    #: iterative runner (the oracle walks between unrelated episodes and the map spans the whole
+    #: round), whatever train.use_tours says; teacher forcing (p = 1) is not affected
     itmaps_ft_on_tours: bool = True
     #: official true: the official store's fp16 option converts every stored observation to
     #: fp16, instruction token ids included, and fp16 represents integers exactly only up to
@@ -730,7 +732,6 @@ def to_yaml(cfg: DictConfig) -> str:
 #: (a test keeps the two in agreement); the schema defaults are the fixed profile.
 OFFICIAL_PROFILE: dict[str, Any] = {
     "env.oracle_goal_radius": 0.25,  # R1, the same in both profiles
-    "env.oracle_step_limit": 1000,
     "env.precise_episode_start": False,  # M11
     "env.reset_obs_at_nominal_start": True,  # R2
     "env.stale_obs_after_teleport": True,  # R4

@@ -100,6 +100,21 @@ def test_official_profile_yaml_matches_the_profile_table():
     assert profile_of(load_config(None, ["env.oracle_double_query=true"]))["profile"] == "custom"
 
 
+def test_official_profile_after_a_recipe_changes_only_the_switches():
+    """The profile is an overlay: added after a recipe it must not reset the recipe's data,
+    name or oracle step limit (a `_base_` in the profile once did, silently)."""
+    from ivln_ce.config import OFFICIAL_PROFILE, profile_of
+
+    ft = REPO_CONFIGS / "paper" / "map_cma" / "gt_iterative" / "1_ftune_dagger.yaml"
+    recipe = load_config(ft, ["policy.checkpoint=x.pth"])
+    both = load_config([ft, REPO_CONFIGS / "profiles" / "official.yaml"], ["policy.checkpoint=x.pth"])
+    assert recipe.env.oracle_step_limit == both.env.oracle_step_limit == -1
+    assert (both.name, both.data.root) == (recipe.name, recipe.data.root)
+    assert profile_of(both) == {"profile": "official", "flags": OFFICIAL_PROFILE}
+    embedded = load_config([REPO_CONFIGS / "embedded" / "cma.yaml", REPO_CONFIGS / "profiles" / "official.yaml"])
+    assert embedded.data.root == "data/synthetic_small" and embedded.train.epochs == 8
+
+
 def test_required_values_marked_in_a_recipe_must_be_given(tmp_path):
     f = tmp_path / "ft.yaml"
     f.write_text("policy:\n  name: map_cma\n  checkpoint: ???\n")

@@ -30,12 +30,15 @@ TABLE_METRICS = ("path_length", "distance_to_goal", "oracle_success", "ndtw", "s
 
 def checkpoint_files(folder: str | Path) -> list[tuple[int, Path]]:
     """``(index, path)`` of every ``ckpt.{i}.pth`` in ``folder``, in index order."""
-    out = []
-    for p in Path(folder).iterdir():
+    out: dict[int, Path] = {}
+    for p in sorted(Path(folder).iterdir()):
         m = CHECKPOINT.match(p.name)
         if m and p.is_file():
-            out.append((int(m.group(1)), p))
-    return sorted(out)
+            i = int(m.group(1))
+            if i in out:  # ckpt.1.pth and ckpt.01.pth would share the label and outputs "1"
+                raise ValueError(f"policy.checkpoint: {folder} holds two checkpoints with index {i}: {out[i].name} and {p.name}")
+            out[i] = p
+    return sorted(out.items())
 
 
 def _with(cfg: DictConfig, **values: Any) -> DictConfig:
@@ -53,10 +56,11 @@ def _with(cfg: DictConfig, **values: Any) -> DictConfig:
 
 def best_checkpoint(rows: list[dict]) -> dict | None:
     """The best row by t-nDTW, ties by SPL, then the lower index (missing values rank last)."""
+    def known(v) -> float:
+        return v if v is not None and not math.isnan(v) else -math.inf
+
     def key(r):
-        t = r.get("tndtw")
-        s = r.get("spl")
-        return (-(t if t is not None and not math.isnan(t) else -math.inf), -(s if s is not None else -math.inf), r["checkpoint"])
+        return (-known(r.get("tndtw")), -known(r.get("spl")), r["checkpoint"])
 
     return min(rows, key=key) if rows else None
 
@@ -74,6 +78,17 @@ def format_checkpoint_table(rows: list[dict], best: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _from_rank0(value: Any, distributed: bool) -> Any:
+    """``value`` as rank 0 has it (a plain list or flag), on every rank."""
+    if not distributed:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_size: int | None = None,
                                show_progress: bool = True) -> dict[str, Any] | None:
     from ivln_ce.evaluation.evaluator import evaluate
@@ -88,10 +103,18 @@ def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_s
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(results / "tb"))
+    distributed = bool(world_size and world_size > 1)
+    if distributed:
+        from ivln_ce.evaluation.distributed import init
+
+        init(rank, world_size)
     deadline = time.monotonic() + float(cfg.eval.poll_timeout)
     try:
         while True:
-            new = [(i, p) for i, p in checkpoint_files(folder) if i not in done]
+            # rank 0 lists the folder and decides when to stop, so that every rank evaluates the
+            # same checkpoints in the same order (their collectives pair up)
+            listing = [(i, str(p)) for i, p in checkpoint_files(folder) if i not in done] if is_main else None
+            new = [(i, Path(p)) for i, p in _from_rank0(listing, distributed)]
             for i, path in new:
                 sub = _with(cfg, **{"policy.checkpoint": str(path), "eval.label": str(i)})
                 if is_main:
@@ -116,7 +139,8 @@ def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_s
                 writer.flush()
             if new:
                 deadline = time.monotonic() + float(cfg.eval.poll_timeout)
-            if not cfg.eval.poll or time.monotonic() > deadline:
+            stop = (not cfg.eval.poll or time.monotonic() > deadline) if is_main else None
+            if _from_rank0(stop, distributed):
                 break
             time.sleep(float(cfg.eval.poll_interval))
     finally:

@@ -263,21 +263,22 @@ def plan_resume(cfg: DictConfig, items: list[TourItem], indices: list[int], path
 
 
 def clean_stale_temporaries(paths: EvalPaths) -> int:
-    """Remove hidden ``.*.tmp`` files an interrupted run left behind (atomic writes in flight)."""
+    """Remove hidden ``.*.tmp`` files an interrupted run of *this* label and split left behind
+    (atomic writes in flight). In the shared results folder only temporaries of this run's own
+    output files are touched: another evaluation may be writing beside it."""
     removed = 0
-    folders = [paths.results, paths.tour_dir]
+    suffix = f"_ckpt_{safe_name(paths.label)}_{safe_name(paths.split)}.json."
+    shared = [f for f in paths.results.glob(".*.tmp") if suffix in f.name] if paths.results.is_dir() else []
+    folders = [paths.tour_dir]
     for d in (paths.maps_dir, paths.frames_dir, paths.videos_dir):
         if d.exists():
             folders += [d, *[p for p in d.rglob("*") if p.is_dir()]]
-    for d in folders:
-        if not d.is_dir():
-            continue
-        for f in d.glob(".*.tmp"):
-            try:
-                f.unlink()
-                removed += 1
-            except OSError:
-                pass
+    for f in shared + [f for d in folders if d.is_dir() for f in d.glob(".*.tmp")]:
+        try:
+            f.unlink()
+            removed += 1
+        except OSError:
+            pass
     return removed
 
 
@@ -486,6 +487,8 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     the tours. Returns the summary (None on ranks other than 0).
     """
     check_eval_config(cfg)
+    if rank is None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 
@@ -495,8 +498,6 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
         log.warning(note)
     paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, eval_label(cfg))
     fp = run_fingerprint(cfg, split)
-    if rank is None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     distributed = bool(world_size and world_size > 1)
     if distributed:
         from ivln_ce.evaluation.distributed import barrier, init
@@ -508,6 +509,8 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     if distributed:
         barrier()
     plan = plan_resume(cfg, split.items, list(range(len(split.items))), paths, fp)
+    if distributed:
+        barrier()  # every rank has read the same finished tours before any rank writes new ones
     if not distributed or rank == 0:
         print(f"ivln-ce eval: {paths.label} on {cfg.eval.split}: {plan.message()}", file=sys.stderr)
     mine = shard(split.items, plan.todo, world_size)[rank] if distributed else plan.todo

@@ -82,7 +82,7 @@ class Batch:
 
     observations: dict[str, torch.Tensor]  # instruction (1, B, L); per-step fields (T, B, ...)
     expert: torch.Tensor  # (T, B) long
-    prev_actions: torch.Tensor  # (T, B) long, -1 where there is none
+    prev_actions: torch.Tensor  # (T, B) long: -1 at t = 0 (none), 0 on padding (as officially)
     masks: torch.Tensor  # (T, B) float, 0 at t = 0
     valid: torch.Tensor  # (T, B) bool
     weights: torch.Tensor  # (T, B) inflection weights, 0 on padding
@@ -116,7 +116,7 @@ def collate(episodes: Sequence[Episode], inflection: float = 3.2) -> Batch:
     # (1, B, L): the policy's sequence forward reads the instruction at t = 0 only
     obs["instruction"] = torch.from_numpy(np.stack([np.asarray(e.constants["instruction"], dtype=np.int64) for e in episodes]))[None]
     expert = np.zeros((T, B), np.int64)
-    prev = np.full((T, B), -1, np.int64)
+    prev = np.zeros((T, B), np.int64)  # padding 0, as officially (SPEC §9.3); it reaches T2's carried state
     progress = np.full((T, B), PAD_VALUE, np.float32)
     valid = np.zeros((T, B), bool)
     for b, e in enumerate(episodes):

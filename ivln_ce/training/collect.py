@@ -20,6 +20,7 @@ profile's eval-mode collection). Each episode's ``order`` key places it canonica
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -45,22 +46,38 @@ def episodic_items(episodes: Sequence[DataEpisode]) -> list[TourItem]:
     return [TourItem(Tour(f"ep{e.episode_id}", e.scan, (e.episode_id,)), [e]) for e in episodes]
 
 
-def chained_items(episodes: Sequence[DataEpisode], seed: int, round_: int) -> list[TourItem]:
+def chained_items(episodes: Sequence[DataEpisode], seed: int, round_: int, chains: int = 1, size: int = 0) -> list[TourItem]:
     """Defect P6 (official iterative-maps fine-tuning): the split's episodes without tours,
-    shuffled and grouped by scene, run as one long chain through the iterative runner, so the
-    oracle walks between unrelated episodes (across scene switches) and the map is cleared
-    only at the start of the round."""
+    shuffled and grouped by scene, run as long chains through the iterative runner (one per
+    collection worker, as the official workers each iterate on their own), so the oracle walks
+    between unrelated episodes (across scene switches) and the map is cleared only at the start
+    of the round. ``size`` > 0 caps the round at that many episodes (the official update size),
+    shared evenly by the chains."""
     rng = np.random.default_rng([seed, round_, 6])
     by_scan: dict[str, list[DataEpisode]] = {}
     for e in episodes:
         by_scan.setdefault(e.scan, []).append(e)
     scans = list(by_scan)
     rng.shuffle(scans)
-    chain = []
+    order = []
     for s in scans:
         eps = by_scan[s]
-        chain += [eps[i] for i in rng.permutation(len(eps))]
-    return [TourItem(Tour(f"chain{round_}", chain[0].scan if chain else "", tuple(e.episode_id for e in chain)), chain)]
+        order += [eps[i] for i in rng.permutation(len(eps))]
+    total = min(size, len(order)) if size > 0 else len(order)
+    chains = max(1, min(int(chains), total))
+    per = math.ceil(total / chains) if total else 0
+    out = []
+    for c in range(chains):
+        chain = order[c * per:min((c + 1) * per, total)]
+        if chain:
+            out.append(TourItem(Tour(f"chain{round_}.{c}", chain[0].scan, tuple(e.episode_id for e in chain)), chain))
+    return out
+
+
+def p6_applies(policy_name: str, map_mode: str, itmaps_ft_on_tours: bool, p: float) -> bool:
+    """Defect P6 concerns DAgger fine-tuning (p < 1) of iterative-maps MAP-CMA under
+    ``train.itmaps_ft_on_tours=false``; teacher forcing collects tours in both profiles."""
+    return policy_name == "map_cma" and map_mode == "iterative" and not itmaps_ft_on_tours and p < 1.0
 
 
 def plan_round(items: Sequence[TourItem], update_size: int, seed: int, round_: int, shuffle: bool = True) -> list[int]:
@@ -87,7 +104,11 @@ def fp16_tokens(tokens: np.ndarray) -> np.ndarray:
 
 
 def _stream_key(tour_id: str) -> int:
-    return int(tour_id) if tour_id.isdigit() else sum((k + 1) * ord(c) for k, c in enumerate(tour_id))
+    """A seed per tour id: the id itself when numeric, else 63 bits of its BLAKE2b digest
+    (distinct ids must not share coin flips and samples)."""
+    if tour_id.isdigit():
+        return int(tour_id)
+    return int.from_bytes(hashlib.blake2b(tour_id.encode(), digest_size=8).digest(), "little") >> 1
 
 
 @dataclass

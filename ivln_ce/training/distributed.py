@@ -13,6 +13,7 @@ float tolerance.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -46,7 +47,20 @@ def allreduce_gradients(params) -> None:
     """Average the gradients of ``params`` across ranks (no-op on one rank)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
-    grads = [p.grad for p in params if p.grad is not None]
+    params = list(params)
+    if not params:
+        return
+    # every rank must reduce the same list: a parameter with a gradient on any rank gets a zero
+    # gradient where it has none (a rank without data this step, a head unused on this slice);
+    # one that has none anywhere stays None, so the optimizer skips it as in one process
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=params[0].device)
+    dist.all_reduce(has, op=dist.ReduceOp.MAX)
+    grads = []
+    for p, h in zip(params, has.tolist()):
+        if h:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -81,10 +95,16 @@ def allreduce_sum(t: torch.Tensor) -> torch.Tensor:
 
 
 class GlobalBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm2d whose training statistics cover the whole global batch across ranks."""
+    """BatchNorm2d whose training statistics cover the whole global batch across ranks.
+
+    ``global_stats`` is switched off (``local_statistics``) while collecting: under T3 the
+    collection forward runs in train mode, the ranks' engines tick independently, and the
+    official statistics are those of one process's workers."""
+
+    global_stats: bool = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        if not (self.training and self.global_stats and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return super().forward(x)
         c = x.shape[1]
         local_n = torch.tensor([x.numel() / c], dtype=x.dtype, device=x.device)
@@ -103,6 +123,20 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
         if self.affine:
             y = y * self.weight[None, :, None, None] + self.bias[None, :, None, None]
         return y
+
+
+@contextmanager
+def local_statistics(module: nn.Module):
+    """Inside: every ``GlobalBatchNorm2d`` of ``module`` normalises with this rank's batch only
+    and calls no collective (collection, where ranks do not step together)."""
+    norms = [m for m in module.modules() if isinstance(m, GlobalBatchNorm2d)]
+    for m in norms:
+        m.global_stats = False
+    try:
+        yield module
+    finally:
+        for m in norms:
+            m.global_stats = True
 
 
 def sync_batchnorm(module: nn.Module) -> nn.Module:

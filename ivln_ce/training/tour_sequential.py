@@ -102,6 +102,12 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
     tc = cfg.train
     tours = tours_of(store, order)
     batches = lane_batches(tours, int(tc.batch_size), int(cfg.seed), k, e, bool(tc.official_lanes), bool(tc.shuffle_within_tour))
+    if not batches and tours:
+        from ivln_ce.training.trainer import TrainError
+
+        raise TrainError(f"tour-sequential epoch with no batch: {len(tours)} tour(s) packed into train.batch_size={tc.batch_size} lanes "
+                         f"leave a lane with fewer than 2 episodes, and the official sampler (train.official_lanes=true) drops "
+                         f"the last full batch; use a smaller train.batch_size, more tours, or train.official_lanes=false")
     device = next(policy.parameters()).device
     L = policy.num_recurrent_layers
     hidden = policy.net.state_encoder.rnn.hidden_size
@@ -141,11 +147,8 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
             losses["loss"].backward()
             for n, lane in enumerate(present):
                 carried[lane] = h_out[n].detach()
-        else:  # this rank has no lane left in this batch; the others still need the collective
+        else:  # this rank has no lane left in this batch: the all-reduce gives it zeros where others have gradients
             losses = None
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
         ddp.allreduce_gradients(params)
         opt.step()
         state.step += 1

@@ -53,7 +53,7 @@ from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
-from ivln_ce.training.collect import beta_for_round, chained_items, collect_round, episodic_items, plan_round
+from ivln_ce.training.collect import beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round
 from ivln_ce.training.store import TrajectoryStore, TrajectoryWriter
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,8 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     config = fpr.fingerprint_config(resolved(cfg))
     tree = json.loads(json.dumps(resolved(cfg)))
     for key in COSMETIC_TRAIN_KEYS:
+        if key == "train.num_envs" and cfg.train.bn_train_mode:
+            continue  # under T3 the workers share BatchNorm statistics: their number changes what is collected
         fpr._drop(tree, key)
     config["train"] = tree.get("train", {})
     for key in ("eval",):
@@ -306,13 +308,17 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         beta = beta_for_round(float(tc.p), k, warm)
         if not state.collected:
             items = data.items
-            if cfg.policy.name == PolicyName.map_cma and cfg.mapping.mode == MapMode.iterative and not tc.itmaps_ft_on_tours and not tc.use_tours:
-                items = chained_items(data.episodes, int(cfg.seed), k)  # P6
-            plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=True)
+            if p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(tc.itmaps_ft_on_tours), float(tc.p)):
+                items = chained_items(data.episodes, int(cfg.seed), k, int(tc.num_envs), int(tc.update_size))  # P6
+            # tour-sequential training stores tours in tours.json order (SPEC §9.6: lane ties keep
+            # that order); a subset per round (update_size) is still drawn at random
+            keep_order = tc.trainer == TrainerKind.tour_sequential and int(tc.update_size) <= 0
+            plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=not keep_order)
             from ivln_ce.evaluation.evaluator import shard
 
             mine = shard(items, plan, world)[rank] if world > 1 else plan
-            mine = [i for i in plan if i in set(mine)]
+            mine_set = set(mine)
+            mine = [i for i in plan if i in mine_set]
             bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"collect round {k} (beta {beta:.3f})", unit="ep",
                        file=sys.stderr, disable=(not show_progress) or None)
 
@@ -320,7 +326,8 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
                 if result is not None:
                     bar.update(len(result.episodes))
 
-            with TrajectoryWriter(store_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w:
+            with TrajectoryWriter(store_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w, \
+                    ddp.local_statistics(policy):
                 stats = collect_round(cfg, items, mine, data.references, data.scenes_dir, policy, pipeline, w, beta, k, progress,
                                       full_plan=plan)
             bar.close()
@@ -423,6 +430,12 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
     """One epoch of episodic batches; returns True when ``train.max_steps`` stopped it."""
     tc = cfg.train
     batches = _batches(cfg, store, order, k, e)
+    if world > 1:  # every rank needs at least one episode of every batch (its forward joins collectives)
+        short = [b for b in batches if len(b) < world]
+        if short and rank == 0 and state.batch == 0:
+            log.warning("round %d epoch %d: %d batch(es) with fewer episodes than the %d ranks skipped (%d episode(s))",
+                        k, e, len(short), world, sum(map(len, short)))
+        batches = [b for b in batches if len(b) >= world]
     device = next(policy.parameters()).device
     dataset = _StoreDataset(store, order)
     mine = [_slice(b, rank, world) for b in batches]
@@ -456,8 +469,13 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
 
 
 def _slice(batch: list[int], rank: int, world: int) -> list[int]:
-    n = len(batch) // world
-    return batch[rank * n:(rank + 1) * n] if world > 1 else list(batch)
+    """This rank's contiguous share of a global batch: every episode goes to one rank, shares
+    differ by at most one (the loss is scaled by the global count, so uneven shares are exact)."""
+    if world <= 1:
+        return list(batch)
+    n, extra = divmod(len(batch), world)
+    start = rank * n + min(rank, extra)
+    return batch[start:start + n + (1 if rank < extra else 0)]
 
 
 def _log_step(writer, losses: dict, step: int, world: int, global_episodes: int, elapsed: float, batches: int) -> None:

@@ -192,3 +192,45 @@ def test_checkpoint_folders_evaluate_in_index_order_once(tiny_benchmark, tmp_pat
     ev = EventAccumulator(str(out / "tb"))
     ev.Reload()
     assert sorted(e.step for e in ev.Scalars("eval_val_unseen_tndtw"))[:2] == [3, 11]
+
+
+def _folder_rank(rank, world, data, folder, out, port):
+    import os
+
+    # as torchrun sets it: the rank comes from the environment, not from the call
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IVLN_DIST_BACKEND="gloo", RANK=str(rank), WORLD_SIZE=str(world))
+    summary = evaluate(cfg(data, out, *MAP, f"policy.checkpoint={folder}", "env.max_agent_steps=6", "eval.tours=[0,1]"), show_progress=False)
+    assert (summary is None) == (rank != 0)
+
+
+def test_a_checkpoint_folder_under_torchrun_equals_one_process(tiny_benchmark, tmp_path):
+    import socket
+
+    from ivln_ce.models.factory import build_policy, save_checkpoint
+
+    mp = pytest.importorskip("torch.multiprocessing", reason="torch is needed for torch.distributed")
+    c = cfg(tiny_benchmark, tmp_path, *MAP)
+    folder = tmp_path / "ckpts"
+    for index, bias in ((0, [0.0, 5.0, 0.0, 0.0]), (1, [0.0, 0.0, 5.0, 0.0])):
+        policy, _ = build_policy(c.policy, _vocab(tiny_benchmark), c.train)
+        _set_head(policy, bias)
+        save_checkpoint(folder / f"ckpt.{index}.pth", policy, {"policy": {"name": "map_cma"}})
+    single = evaluate(cfg(tiny_benchmark, tmp_path / "one", *MAP, f"policy.checkpoint={folder}", "env.max_agent_steps=6", "eval.tours=[0,1]"),
+                      show_progress=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_folder_rank, args=(2, str(tiny_benchmark), str(folder), str(tmp_path / "two"), port), nprocs=2, join=True)
+    rows = json.loads((tmp_path / "two" / "checkpoints_val_unseen.json").read_text())["checkpoints"]
+    assert rows == single["checkpoints"] and [r["checkpoint"] for r in rows] == [0, 1]
+    for i in (0, 1):
+        assert outputs(tmp_path / "one", str(i)) == outputs(tmp_path / "two", str(i))
+
+
+def test_two_checkpoints_with_one_index_are_refused(tmp_path):
+    from ivln_ce.evaluation.checkpoints import checkpoint_files
+
+    for name in ("ckpt.1.pth", "ckpt.01.pth"):
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(ValueError, match="two checkpoints with index 1"):
+        checkpoint_files(tmp_path)

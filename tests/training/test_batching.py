@@ -100,6 +100,8 @@ def test_collate_pads_with_one_and_weights_inflections():
     assert b.weights[:, 0].tolist() == pytest.approx([3.2, 1, 3.2, 1, 3.2])
     assert b.weights[:, 1].tolist() == pytest.approx([3.2, 3.2, 0, 0, 0])
     assert b.prev_actions[:, 0].tolist() == [-1, 1, 1, 2, 2]
+    assert b.prev_actions[:, 1].tolist() == [-1, 3, 0, 0, 0]  # padded with 0, as officially (SPEC §9.3)
+    assert b.expert[:, 1].tolist() == [3, 0, 0, 0, 0]
 
 
 def test_loss_equals_a_hand_computation():
@@ -136,3 +138,16 @@ def test_the_official_fp16_store_option_rounds_token_ids_above_2048():
 
     ids = np.array([0, 5, 2047, 2048, 2049, 2051, 2503])
     assert fp16_tokens(ids).tolist() == [0, 5, 2047, 2048, 2048, 2052, 2504]
+
+
+def test_rank_shares_of_a_global_batch_cover_every_episode_once():
+    from ivln_ce.training.trainer import _slice
+
+    for size in range(2, 12):
+        batch = list(range(100, 100 + size))
+        for world in (1, 2, 3, 4):
+            if size < world:
+                continue
+            shares = [_slice(batch, r, world) for r in range(world)]
+            assert [i for s in shares for i in s] == batch  # contiguous, in order, none dropped or repeated
+            assert max(map(len, shares)) - min(map(len, shares)) <= 1 and min(map(len, shares)) >= 1

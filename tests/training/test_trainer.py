@@ -108,10 +108,19 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path):
                          text=True, timeout=900, cwd=os.getcwd())
     assert run.returncode == 0, run.stderr[-3000:]
     killed = tmp_path / "killed"
+    resume = killed / "resume.pt"
     kills = 0
-    for delay in (6.0, 14.0, 25.0):  # during collection, training, a later round: whatever is running then
+    # each attempt is killed a moment after it saved a resume point (so the kills land mid-run
+    # however loaded the machine is): right after a round's collection, during training, later
+    for delay in (0.0, 1.5, 4.0):
+        before = resume.stat().st_mtime_ns if resume.exists() else None
         p = subprocess.Popen([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={killed}"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.getcwd())
+        deadline = time.monotonic() + 600
+        while p.poll() is None and time.monotonic() < deadline:
+            if resume.exists() and resume.stat().st_mtime_ns != before:
+                break
+            time.sleep(0.1)
         time.sleep(delay)
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)
@@ -250,8 +259,23 @@ def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_b
     store = TrajectoryStore(out / "store")
     metas = [store.meta(i) for i in range(len(store))]
     assert {m["tour_id"] for m in metas} == {"0", "1", "2"}
+    from ivln_ce.training.tour_sequential import tours_of
+
+    assert list(tours_of(store, canonical_order(store))) == ["0", "1", "2"]  # tours.json order: lane ties keep it (§9.6)
     assert summary["optimizer_steps"] >= 1 and summary["checkpoints"] == ["ckpt.0.pth"]
     ev = evaluate(load_config(None, [f"data.root={tiny_benchmark}", f"results_dir={tmp_path / 'ev'}", "eval.agent=policy",
                                      "policy.name=tour_cma", f"policy.checkpoint={out / 'ckpt.0.pth'}", "simulator.sensors=[rgb,depth]",
                                      *SMALL, "eval.tours=[0]", "eval.split=val_unseen"]), show_progress=False)
     assert ev["label"] == "0" and ev["num_tours"] == 1 and ev["agent"] == "tour_cma"
+
+
+def test_training_fingerprint_counts_the_number_of_environments_only_under_t3(tiny_benchmark):
+    from ivln_ce.training.trainer import load_training_data, training_fingerprint
+
+    def fp(*overrides):
+        cfg = load_config(None, [f"data.root={tiny_benchmark}", "policy.name=cma", "simulator.sensors=[rgb,depth]", *overrides])
+        return training_fingerprint(cfg, load_training_data(cfg))
+
+    assert fp("train.num_envs=1") == fp("train.num_envs=3")  # eval-mode collection does not depend on it
+    assert fp("train.bn_train_mode=true", "train.num_envs=1") != fp("train.bn_train_mode=true", "train.num_envs=3")
+    assert fp("train.lr=1e-3") != fp("train.lr=2e-3")
