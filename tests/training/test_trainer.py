@@ -265,7 +265,8 @@ def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_b
     assert summary["optimizer_steps"] >= 1 and summary["checkpoints"] == ["ckpt.0.pth"]
     ev = evaluate(load_config(None, [f"data.root={tiny_benchmark}", f"results_dir={tmp_path / 'ev'}", "eval.agent=policy",
                                      "policy.name=tour_cma", f"policy.checkpoint={out / 'ckpt.0.pth'}", "simulator.sensors=[rgb,depth]",
-                                     *SMALL, "eval.tours=[0]", "eval.split=val_unseen"]), show_progress=False)
+                                     *SMALL, "eval.tours=[0]", "eval.split=val_unseen",
+                                     "env.max_agent_steps=10"]), show_progress=False)  # an untrained policy: cut it short
     assert ev["label"] == "0" and ev["num_tours"] == 1 and ev["agent"] == "tour_cma"
 
 
