@@ -78,17 +78,6 @@ def format_checkpoint_table(rows: list[dict], best: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _from_rank0(value: Any, distributed: bool) -> Any:
-    """``value`` as rank 0 has it (a plain list or flag), on every rank."""
-    if not distributed:
-        return value
-    import torch.distributed as dist
-
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_size: int | None = None,
                                show_progress: bool = True) -> dict[str, Any] | None:
     from ivln_ce.evaluation.evaluator import evaluate
@@ -103,10 +92,9 @@ def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_s
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(results / "tb"))
-    distributed = bool(world_size and world_size > 1)
-    if distributed:
-        from ivln_ce.evaluation.distributed import init
+    from ivln_ce.evaluation.distributed import from_rank0, init
 
+    if world_size and world_size > 1:
         init(rank, world_size)
     deadline = time.monotonic() + float(cfg.eval.poll_timeout)
     try:
@@ -114,7 +102,7 @@ def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_s
             # rank 0 lists the folder and decides when to stop, so that every rank evaluates the
             # same checkpoints in the same order (their collectives pair up)
             listing = [(i, str(p)) for i, p in checkpoint_files(folder) if i not in done] if is_main else None
-            new = [(i, Path(p)) for i, p in _from_rank0(listing, distributed)]
+            new = [(i, Path(p)) for i, p in from_rank0(listing)]
             for i, path in new:
                 sub = _with(cfg, **{"policy.checkpoint": str(path), "eval.label": str(i)})
                 if is_main:
@@ -140,7 +128,7 @@ def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_s
             if new:
                 deadline = time.monotonic() + float(cfg.eval.poll_timeout)
             stop = (not cfg.eval.poll or time.monotonic() > deadline) if is_main else None
-            if _from_rank0(stop, distributed):
+            if from_rank0(stop):
                 break
             time.sleep(float(cfg.eval.poll_interval))
     finally:

@@ -24,3 +24,15 @@ def barrier() -> None:
 
     if dist.is_initialized():
         dist.barrier()
+
+
+def from_rank0(value):
+    """``value`` as rank 0 has it (a plain list or flag), on every rank; unchanged when no
+    process group is running."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -83,8 +83,13 @@ class EvalPaths:
     def tour_file(self, tour_id: str) -> Path:
         return self.tour_dir / f"{safe_name(tour_id)}.json"
 
+    @property
+    def output_suffix(self) -> str:
+        """What every output file name of this label and split ends with."""
+        return f"_ckpt_{safe_name(self.label)}_{safe_name(self.split)}.json"
+
     def output(self, kind: str) -> Path:
-        return self.results / f"{kind}_ckpt_{safe_name(self.label)}_{safe_name(self.split)}.json"
+        return self.results / f"{kind}{self.output_suffix}"
 
 
 @dataclass
@@ -267,8 +272,8 @@ def clean_stale_temporaries(paths: EvalPaths) -> int:
     (atomic writes in flight). In the shared results folder only temporaries of this run's own
     output files are touched: another evaluation may be writing beside it."""
     removed = 0
-    suffix = f"_ckpt_{safe_name(paths.label)}_{safe_name(paths.split)}.json."
-    shared = [f for f in paths.results.glob(".*.tmp") if suffix in f.name] if paths.results.is_dir() else []
+    mine = paths.output_suffix + "."  # temporaries are named .{output name}.{random}.tmp
+    shared = [f for f in paths.results.glob(".*.tmp") if mine in f.name] if paths.results.is_dir() else []
     folders = [paths.tour_dir]
     for d in (paths.maps_dir, paths.frames_dir, paths.videos_dir):
         if d.exists():
