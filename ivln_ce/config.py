@@ -267,6 +267,11 @@ class TrainConfig:
     #: float features stored as fp16; per-array compression of the store
     store_fp16: bool = True
     store_codec: StoreCodec = StoreCodec.zlib
+    #: false: the store keeps only the actions of every step (a few bytes); before training,
+    #: each round is replayed with them and its observations are re-rendered into OUT/replay
+    #: (a cache, rebuilt on resume, deletable after the run). Incompatible with bn_train_mode
+    #: (batch statistics make collected features depend on who shared the batch)
+    store_observations: bool = True
     #: DataLoader worker processes reading the store
     loader_workers: int = 0
     #: checkpoint the exact training state every this many optimizer steps (0 = per epoch only)

@@ -13,7 +13,12 @@ run on the tiny synthetic benchmark:
    raw bytes); fp32 as officially, and fp16 (the official option). The ratios say how much
    smaller the toolkit's store is; the content is the same (training reads the same numbers,
    up to the fp16 choice, which both layouts offer).
-3. **Train** from the store: optimizer steps/s and timesteps/s at ``--batch`` episodes per
+3. **Actions only** (``train.store_observations=false``): the same episodes stored as their
+   actions (executed, expert label, previous), and the cost of getting the observations back:
+   the round is replayed in the simulator (``replay_round``) and the re-rendered features and
+   maps are compared with the collected ones (largest feature difference; maps, labels and
+   progress must be identical), so the ratio is at numerically equivalent training data.
+4. **Train** from the store: optimizer steps/s and timesteps/s at ``--batch`` episodes per
    batch, split into data loading + collate, forward, backward, optimizer.
 
     python scripts/bench_train.py [--data data/synthetic_tiny] [--episodes 24] [--batch 5] [--steps 10] [--small]
@@ -60,9 +65,7 @@ def msgpack_official(ep, fp16: bool) -> bytes:
                           nd(np.asarray(ep.steps["oracle_actions"], np.int64))], use_bin_type=True)
 
 
-def collect(args, name: str, out: Path) -> tuple[dict, float]:
-    from ivln_ce.training.trainer import train
-
+def _overrides(args, name: str, out: Path) -> list[str]:
     sensors = "[depth,semantic]" if name == "map_cma" else "[rgb,depth]"
     over = [f"data.root={args.data}", f"results_dir={out}", f"policy.name={name}", f"simulator.sensors={sensors}",
             "train.epochs=1", "train.max_steps=1", f"train.update_size={args.episodes}", "env.oracle_phases=false",
@@ -70,9 +73,54 @@ def collect(args, name: str, out: Path) -> tuple[dict, float]:
             f"train.device={args.device}"]
     if args.small:
         over += ["policy.depth_backbone=small", "policy.rgb_depth=18"]
+    return over
+
+
+def collect(args, name: str, out: Path) -> tuple[dict, float]:
+    from ivln_ce.training.trainer import train
+
     t = time.perf_counter()
-    summary = train(load_config(None, over), show_progress=False)
+    summary = train(load_config(None, _overrides(args, name, out)), show_progress=False)
     return summary, time.perf_counter() - t
+
+
+def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
+    """Bytes per step of the collected episodes stored as actions only, the replay's speed and
+    how far its re-rendered observations are from the collected ones."""
+    from ivln_ce.models.factory import build_policy
+    from ivln_ce.training.collect import ACTION_FIELDS, plan_round, replay_round
+    from ivln_ce.training.store import Episode, TrajectoryStore, TrajectoryWriter
+    from ivln_ce.training.trainer import _pipeline, canonical_order, load_training_data
+
+    store = TrajectoryStore(src)
+    eps = [store[i] for i in canonical_order(store)]
+    steps = sum(e.length for e in eps)
+    with TrajectoryWriter(tmp / "actions", "s", codec="zlib") as w:
+        for e in eps:
+            w.append(Episode(dict(e.meta), dict(e.constants), {k: np.asarray(e.steps[k]).astype(np.int8) for k in ACTION_FIELDS}))
+    size = sum(p.stat().st_size for p in (tmp / "actions").glob("*")) / steps
+    cfg = load_config(None, _overrides(args, name, tmp / "unused"))
+    data = load_training_data(cfg)
+    plan = plan_round(data.items, args.episodes, int(cfg.seed), 0)
+    policy, _ = build_policy(cfg.policy, data.vocab_size, cfg.train, args.device, seed=int(cfg.seed))
+    t = time.perf_counter()
+    with TrajectoryWriter(tmp / "replayed", "s", fp16=False, codec="raw") as w:
+        stats = replay_round(cfg, data.items, plan, data.references, data.scenes_dir, policy, _pipeline(cfg, policy, args.device),
+                             TrajectoryStore(tmp / "actions"), w, 0)
+    secs = time.perf_counter() - t
+    replayed = TrajectoryStore(tmp / "replayed")
+    again = [replayed[i] for i in canonical_order(replayed)]
+    if [e.meta for e in again] != [e.meta for e in eps]:
+        raise SystemExit("the replay stored other episodes than the collection")
+    worst, identical = 0.0, True
+    for a, b in zip(eps, again):
+        for k in a.steps:
+            x, y = np.asarray(a.steps[k]), np.asarray(b.steps[k])
+            if k.endswith("_features"):
+                worst = max(worst, float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()))
+            else:
+                identical &= bool(np.array_equal(x, y))
+    return {"bytes": size, "replay_steps_per_s": stats.steps / secs, "max_feature_diff": worst, "identical": identical}
 
 
 def store_sizes(src: Path, tmp: Path) -> dict[str, float]:
@@ -182,6 +230,12 @@ def main(argv=None) -> int:
             for k, v in sizes.items():
                 print(f"    {k:>24}: {v:10.0f} B/step   {official / v:6.2f}x smaller than official fp32, "
                       f"{sizes['official msgpack fp16'] / v:6.2f}x than official fp16")
+            act = actions_only(args, name, tmp / name / "store", tmp / f"{name}_actions")
+            print(f"    {'ivln_ce actions only':>24}: {act['bytes']:10.0f} B/step   {official / act['bytes']:6.2f}x smaller than "
+                  f"official fp32, {sizes['official msgpack fp16'] / act['bytes']:6.2f}x than official fp16")
+            print(f"  replaying the actions re-renders {act['replay_steps_per_s']:.1f} steps/s; re-rendered vs collected: "
+                  f"largest feature difference {act['max_feature_diff']:.3g}, maps/labels/progress "
+                  f"{'identical' if act['identical'] else 'DIFFERENT'}")
             speed = train_speed(args, name, tmp / name / "store")
             print(f"  training from the store (batch {args.batch}): {speed['optimizer_steps_per_s']:.2f} optimizer steps/s, "
                   f"{speed['timesteps_per_s']:.1f} timesteps/s; time: " +

@@ -11,6 +11,14 @@ oracle walks included in iterative mode), ``progress``, the expert label ``oracl
 the previous agent step; -1 at t = 0, where the mask forces the "start" embedding). An
 episode is written when its agent phase ends.
 
+With ``train.store_observations=false`` collection stores only the actions of every step
+(executed, expert label, previous; no pipeline runs unless the policy acts), and
+``replay_round`` re-renders the observations afterwards: the same engine drives the same
+tours with the stored executed actions, which determine the whole tour (the oracle walks
+included) because the simulator and the follower are deterministic. The replay checks every
+re-computed expert label against the stored one, so a replay that diverged (other scenes,
+another simulator) fails loudly instead of training on other data.
+
 Rounds are planned deterministically: ``plan_round`` shuffles the items with (seed, round)
 and takes whole tours (or episodes) until ``update_size`` episodes are covered, and every
 stream samples and flips its coins from generators seeded by (seed, round, tour), so the
@@ -103,6 +111,32 @@ def fp16_tokens(tokens: np.ndarray) -> np.ndarray:
     return np.asarray(tokens).astype(np.float16).astype(np.int64)
 
 
+ACTION_FIELDS = ("executed_actions", "oracle_actions", "prev_actions")
+
+
+class ReplayError(RuntimeError):
+    """A replay of stored actions did not reproduce the collected episode."""
+
+
+def action_scripts(store, round_: int) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """The stored actions of round ``round_``, keyed by (tour id, episode id): what
+    ``replay_round`` executes and checks."""
+    scripts: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    for i in range(len(store)):
+        meta = store.meta(i)
+        if int(meta["round"]) != round_:
+            continue
+        key = (str(meta["tour_id"]), str(meta["episode_id"]))
+        if key in scripts:
+            raise ReplayError(f"{store.root}: episode {key[1]} of tour {key[0]} is stored twice in round {round_}")
+        ep = store[i]
+        missing = [k for k in ACTION_FIELDS if k not in ep.steps]
+        if missing:
+            raise ReplayError(f"{store.root}: episode {key[1]} (index {i}) has no {missing}")
+        scripts[key] = {k: np.asarray(ep.steps[k]).astype(np.int64) for k in ACTION_FIELDS}
+    return scripts
+
+
 def _stream_key(tour_id: str) -> int:
     """A seed per tour id: the id itself when numeric, else 63 bits of its BLAKE2b digest
     (distinct ids must not share coin flips and samples)."""
@@ -126,7 +160,8 @@ class CollectDriver:
     actions with the beta override, per-stream episode buffers written to the store."""
 
     def __init__(self, policy, pipeline, writer: TrajectoryWriter, beta: float, seed: int, round_: int,
-                 order_of: dict[str, int], run_policy: bool = True, bn_train_mode: bool = False, fp16_tokens: bool = False):
+                 order_of: dict[str, int], run_policy: bool = True, bn_train_mode: bool = False, fp16_tokens: bool = False,
+                 observations: bool = True, script: dict[tuple[str, str], dict[str, np.ndarray]] | None = None):
         from ivln_ce.models.cma import PolicyState
 
         self.policy, self.pipeline, self.writer = policy, pipeline, writer
@@ -140,6 +175,9 @@ class CollectDriver:
         self.positions: dict[str, int] = {}  # episodes begun per stream: the position in its tour
         self.rngs: dict[str, np.random.Generator] = {}
         self.stats = CollectStats()
+        self.observations = observations  # false: store the actions only (replay_round re-renders)
+        self.script = script  # replay: the stored actions per (tour id, episode id)
+        self.replayed: set[tuple[str, str]] = set()
         self.maps_needed = hasattr(policy.net, "map_encoder")
         self.rgb_needed = getattr(policy.net, "rgb_encoder", None) is not None
 
@@ -157,6 +195,13 @@ class CollectDriver:
         steps = buf["steps"]
         fields = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
         T = len(steps)
+        if self.script is not None:
+            key = (view.tour_id, episode_id)
+            stored = len(self.script[key]["executed_actions"])
+            if T != stored:
+                raise ReplayError(f"replay diverged: episode {episode_id} of tour {view.tour_id} (round {self.round}) ended "
+                                  f"after {T} agent steps, the store has {stored}")
+            self.replayed.add(key)
         meta = {"episode_id": episode_id, "tour_id": view.tour_id, "scan": view.scan, "steps": T, "round": self.round,
                 "order": [self.round, self.order_of.get(view.tour_id, 0), buf["position"]], "position": buf["position"]}
         instruction = buf["instruction"]
@@ -181,6 +226,8 @@ class CollectDriver:
         agent_rows = [i for i, v in enumerate(views) if v.info["produce_action"]]
         policy_rows = self._policy_rows(views)
         rows = sorted(set(agent_rows) | set(policy_rows))
+        if not (self.observations or self.run_policy):  # actions only, the expert always acts: no encoder, no map
+            return self._decide_actions_only(views)
         batch = self.pipeline(views, rows)
         where = {r: n for n, r in enumerate(rows)}  # view row -> feature row
         sampled: dict[int, int] = {}
@@ -213,21 +260,11 @@ class CollectDriver:
             if not info["produce_action"]:
                 executed.append(sampled.get(i, 0))  # ignored: the oracle acts
                 continue
-            expert = int(v.obs["expert_action"])
-            use_expert = self._rng(v).random() < self.beta
-            action = expert if (use_expert or i not in sampled) else sampled[i]
-            self.stats.expert_steps += int(use_expert)
+            buf = self._buffer(v)
+            expert, action = self._choose(v, buf, sampled.get(i))
             if i in sampled:
                 self.stats.decided += 1
                 self.stats.agrees += int(sampled[i] == expert)
-            buf = self.buffers.get(v.stream_id)
-            eid = info["episode_id"]
-            if buf is None or buf["episode_id"] != eid:
-                position = self.positions.get(v.stream_id, -1) + 1
-                self.positions[v.stream_id] = position
-                buf = {"episode_id": eid, "steps": [], "prev": -1, "position": position,
-                       "instruction": np.asarray(v.obs["instruction"], dtype=np.int64)}
-                self.buffers[v.stream_id] = buf
             f = where[i]
             step = {"depth_features": depth[f], "progress": progress[i].reshape(1).astype(np.float32),
                     "oracle_actions": np.int64(expert), "prev_actions": np.int64(buf["prev"]),
@@ -236,11 +273,65 @@ class CollectDriver:
                 step["rgb_features"] = rgb[f]
             if occ is not None:
                 step["occupancy_map"], step["semantic_map"] = occ[i].astype(np.uint8), sem[i].astype(np.uint8)
+            if not self.observations:
+                step = {k: np.int8(step[k]) for k in ACTION_FIELDS}
             buf["steps"].append(step)
             buf["prev"] = action
             executed.append(action)
         if policy_rows:
             self.state.record_actions([batch["streams"][i] for i in policy_rows], [executed[i] for i in policy_rows])
+        return executed
+
+    def _buffer(self, v: StreamView) -> dict[str, Any]:
+        """The stream's buffer for its current episode (a new one when the episode changed)."""
+        buf = self.buffers.get(v.stream_id)
+        eid = v.info["episode_id"]
+        if buf is None or buf["episode_id"] != eid:
+            position = self.positions.get(v.stream_id, -1) + 1
+            self.positions[v.stream_id] = position
+            buf = {"episode_id": eid, "steps": [], "prev": -1, "position": position,
+                   "instruction": np.asarray(v.obs["instruction"], dtype=np.int64)}
+            self.buffers[v.stream_id] = buf
+        return buf
+
+    def _choose(self, v: StreamView, buf: dict[str, Any], sampled: int | None) -> tuple[int, int]:
+        """(expert label, executed action) at an agent step: the expert with probability beta,
+        else the policy's sample; under replay the stored action, after checking the label."""
+        expert = int(v.obs["expert_action"])
+        if self.script is not None:
+            t = len(buf["steps"])
+            key = (v.tour_id, buf["episode_id"])
+            stored = self.script.get(key)
+            if stored is None:
+                raise ReplayError(f"replay: no stored actions for episode {key[1]} of tour {key[0]} in round {self.round} "
+                                  "(the store and the round's plan disagree)")
+            if t >= len(stored["executed_actions"]):
+                raise ReplayError(f"replay diverged: episode {key[1]} of tour {key[0]} (round {self.round}) runs past its "
+                                  f"{len(stored['executed_actions'])} stored actions")
+            if int(stored["oracle_actions"][t]) != expert:
+                raise ReplayError(f"replay diverged: episode {key[1]} of tour {key[0]} (round {self.round}), step {t}: the "
+                                  f"expert now says {expert}, the store says {int(stored['oracle_actions'][t])} (were the "
+                                  "scenes, the simulator or its settings changed since collection?)")
+            return expert, int(stored["executed_actions"][t])
+        use_expert = self._rng(v).random() < self.beta
+        self.stats.expert_steps += int(use_expert)
+        return expert, (expert if (use_expert or sampled is None) else sampled)
+
+    def _decide_actions_only(self, views: Sequence[StreamView]) -> list[int]:
+        """A tick of actions-only collection with the expert acting (beta = 1): no pipeline."""
+        executed = []
+        for v in views:
+            if "metrics" in v.info:
+                self._flush(v, v.info["metrics_episode_id"])
+            if not v.info["produce_action"]:
+                executed.append(0)  # ignored: the oracle acts
+                continue
+            buf = self._buffer(v)
+            expert, action = self._choose(v, buf, None)
+            buf["steps"].append({"oracle_actions": np.int8(expert), "prev_actions": np.int8(buf["prev"]),
+                                 "executed_actions": np.int8(action)})
+            buf["prev"] = action
+            executed.append(action)
         return executed
 
     def final(self, view: StreamView) -> None:
@@ -256,14 +347,18 @@ class CollectDriver:
 
 
 def collect_round(cfg, items: list[TourItem], plan: list[int], references, scenes_dir, policy, pipeline,
-                  writer: TrajectoryWriter, beta: float, round_: int, progress=None, full_plan: list[int] | None = None) -> CollectStats:
+                  writer: TrajectoryWriter, beta: float, round_: int, progress=None, full_plan: list[int] | None = None,
+                  script: dict[tuple[str, str], dict[str, np.ndarray]] | None = None) -> CollectStats:
     """Collect the items ``plan`` (this rank's share of the round's ``full_plan``) with
-    ``num_envs`` environments into ``writer``; order keys come from the full plan."""
+    ``num_envs`` environments into ``writer``; order keys come from the full plan. With
+    ``script`` (see ``replay_round``) the stored actions are executed instead."""
     order_of = {items[k].tour.tour_id: n for n, k in enumerate(full_plan if full_plan is not None else plan)}
-    run_policy = beta < 1.0 or bool(cfg.train.bn_train_mode)
-    policy.collection_mode() if hasattr(policy, "collection_mode") else policy.eval()
+    replay = script is not None
+    run_policy = not replay and (beta < 1.0 or bool(cfg.train.bn_train_mode))
+    policy.collection_mode() if (hasattr(policy, "collection_mode") and not replay) else policy.eval()
     driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode),
-                           bool(cfg.train.fp16_token_bug and cfg.train.store_fp16))
+                           bool(cfg.train.fp16_token_bug and cfg.train.store_fp16),
+                           observations=replay or bool(cfg.train.store_observations), script=script)
     keys = ["depth"]
     if driver.rgb_needed:
         keys.append("rgb")
@@ -279,7 +374,24 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
     driver.stats.seconds = time.perf_counter() - t0
     writer.sync()
     policy.eval()
+    if replay:
+        planned = {items[k].tour.tour_id for k in plan}
+        left = sorted(key for key in script if key[0] in planned and key not in driver.replayed)
+        if left:
+            raise ReplayError(f"replay of round {round_}: {len(left)} stored episode(s) were never reached, e.g. episode "
+                              f"{left[0][1]} of tour {left[0][0]}")
     return driver.stats
+
+
+def replay_round(cfg, items: list[TourItem], plan: list[int], references, scenes_dir, policy, pipeline, store,
+                 writer: TrajectoryWriter, round_: int, progress=None, full_plan: list[int] | None = None) -> CollectStats:
+    """Re-render round ``round_`` of an actions-only ``store`` into ``writer``: the items of
+    ``plan`` run again with their stored executed actions, and every agent step is written
+    with its observations, as a full collection would have stored it (same metadata and
+    order keys). Raises ``ReplayError`` when an expert label, an episode length or the set of
+    episodes differs from the store."""
+    return collect_round(cfg, items, plan, references, scenes_dir, policy, pipeline, writer, 1.0, round_, progress,
+                         full_plan=full_plan, script=action_scripts(store, round_))
 
 
 def accuracy(stats: CollectStats) -> float:

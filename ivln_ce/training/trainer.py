@@ -53,7 +53,8 @@ from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
-from ivln_ce.training.collect import beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round
+from ivln_ce.training.collect import (beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round,
+                                      replay_round)
 from ivln_ce.training.store import TrajectoryStore, TrajectoryWriter
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class RunState:
     step: int = 0  # optimizer steps in total
     batch: int = 0  # batches finished in the current epoch (mid-epoch resume points)
     store: dict[str, int] = field(default_factory=dict)
+    replayed: dict[str, int] = field(default_factory=dict)  # the replay cache's cursor (actions-only stores)
+    replay_rounds: int = 0  # rounds whose observations are in the replay cache
     episodes_collected: int = 0
     steps_collected: int = 0
     done: bool = False
@@ -139,6 +142,9 @@ def check_train_config(cfg: DictConfig) -> None:
     missing = need - set(cfg.simulator.sensors)
     if missing:
         raise ConfigError(f"policy.name={cfg.policy.name.value} needs simulator.sensors to include {sorted(missing)}")
+    if not tc.store_observations and tc.bn_train_mode:
+        raise ConfigError("train.store_observations=false cannot reproduce features collected with train.bn_train_mode=true "
+                          "(BatchNorm batch statistics depend on which environments shared a batch); set one of them")
     if tc.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"train.device={tc.device} but torch sees no CUDA device; use train.device=cpu")
 
@@ -285,12 +291,17 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     resumed = state is not None
     state = state or RunState()
     store_dir = out / "store"
-    if resumed and rank == 0 and store_dir.exists():
-        TrajectoryStore(store_dir).truncate(state.store)
-    elif not resumed and rank == 0 and store_dir.exists():
+    replay_dir = out / "replay"  # observations re-rendered from an actions-only store
+    if resumed and rank == 0:
+        for folder, lengths in ((store_dir, state.store), (replay_dir, state.replayed)):
+            if folder.exists():
+                TrajectoryStore(folder).truncate(lengths)
+    elif not resumed and rank == 0:
         import shutil
 
-        shutil.rmtree(store_dir)  # a store without a resume file belongs to no recoverable run
+        for folder in (store_dir, replay_dir):  # a store without a resume file belongs to no recoverable run
+            if folder.exists():
+                shutil.rmtree(folder)
     ddp.barrier()
     writer = None
     if rank == 0:
@@ -306,19 +317,19 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         if state.done or stop:
             break
         beta = beta_for_round(float(tc.p), k, warm)
-        if not state.collected:
-            items = data.items
-            if p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(tc.itmaps_ft_on_tours), float(tc.p)):
-                items = chained_items(data.episodes, int(cfg.seed), k, int(tc.num_envs), int(tc.update_size))  # P6
-            # tour-sequential training stores tours in tours.json order (SPEC §9.6: lane ties keep
-            # that order); a subset per round (update_size) is still drawn at random
-            keep_order = tc.trainer == TrainerKind.tour_sequential and int(tc.update_size) <= 0
-            plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=not keep_order)
-            from ivln_ce.evaluation.evaluator import shard
+        items = data.items
+        if p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(tc.itmaps_ft_on_tours), float(tc.p)):
+            items = chained_items(data.episodes, int(cfg.seed), k, int(tc.num_envs), int(tc.update_size))  # P6
+        # tour-sequential training stores tours in tours.json order (SPEC §9.6: lane ties keep
+        # that order); a subset per round (update_size) is still drawn at random
+        keep_order = tc.trainer == TrainerKind.tour_sequential and int(tc.update_size) <= 0
+        plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=not keep_order)
+        from ivln_ce.evaluation.evaluator import shard
 
-            mine = shard(items, plan, world)[rank] if world > 1 else plan
-            mine_set = set(mine)
-            mine = [i for i in plan if i in mine_set]
+        mine = shard(items, plan, world)[rank] if world > 1 else plan
+        mine_set = set(mine)
+        mine = [i for i in plan if i in mine_set]
+        if not state.collected:
             bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"collect round {k} (beta {beta:.3f})", unit="ep",
                        file=sys.stderr, disable=(not show_progress) or None)
 
@@ -345,7 +356,12 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt)
             ddp.barrier()
-        store = TrajectoryStore(store_dir)
+        if not tc.store_observations and state.replay_rounds <= k:
+            _replay(cfg, data, items, mine, plan, k, store_dir, replay_dir, policy, pipeline, state, rank, show_progress)
+            if rank == 0:
+                save_resume(out, fingerprint, state, policy, opt)
+            ddp.barrier()
+        store = TrajectoryStore(store_dir if tc.store_observations else replay_dir)
         order = canonical_order(store)
         for e in range(state.epoch, int(tc.epochs)):
             if tc.trainer == TrainerKind.tour_sequential:
@@ -390,10 +406,33 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     if rank == 0:
         save_resume(out, fingerprint, state, policy, opt)
         summary["store_bytes"] = sum(p.stat().st_size for p in store_dir.glob("*") if p.is_file())
+        if not tc.store_observations:
+            summary["replay_bytes"] = sum(p.stat().st_size for p in replay_dir.glob("*") if p.is_file())
         (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
         if writer is not None:
             writer.close()
     return summary
+
+
+def _replay(cfg, data: TrainingData, items, mine, plan, k: int, store_dir: Path, replay_dir: Path, policy, pipeline,
+            state: RunState, rank: int, show_progress: bool) -> None:
+    """Re-render round ``k`` of the actions-only store into the replay cache (this rank's
+    share, into its own shard), then record the cache's cursor."""
+    tc = cfg.train
+    bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"replay round {k}", unit="ep", file=sys.stderr,
+               disable=(not show_progress) or None)
+
+    def progress(result, n):
+        if result is not None:
+            bar.update(len(result.episodes))
+
+    with TrajectoryWriter(replay_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w:
+        replay_round(cfg, items, mine, data.references, data.scenes_dir, policy, pipeline, TrajectoryStore(store_dir), w, k,
+                     progress, full_plan=plan)
+    bar.close()
+    ddp.barrier()
+    state.replayed = TrajectoryStore(replay_dir).lengths()
+    state.replay_rounds = k + 1
 
 
 def _plain_state_config(cfg: DictConfig) -> dict:
