@@ -106,7 +106,7 @@ def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
     t = time.perf_counter()
     with TrajectoryWriter(tmp / "replayed", "s", fp16=False, codec="raw") as w:
         stats = replay_round(cfg, data.items, plan, data.references, data.scenes_dir, policy, _pipeline(cfg, policy, args.device),
-                             TrajectoryStore(tmp / "actions"), w, 0)
+                             TrajectoryStore(tmp / "actions"), w, 0, 1.0)
     secs = time.perf_counter() - t
     replayed = TrajectoryStore(tmp / "replayed")
     again = [replayed[i] for i in canonical_order(replayed)]

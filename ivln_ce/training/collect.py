@@ -231,7 +231,7 @@ class CollectDriver:
         batch = self.pipeline(views, rows)
         where = {r: n for n, r in enumerate(rows)}  # view row -> feature row
         sampled: dict[int, int] = {}
-        if policy_rows:
+        if policy_rows and self.script is None:
             index = torch.tensor(policy_rows, device=batch["instruction"].device)
             frows = torch.tensor([where[r] for r in policy_rows], device=index.device)
             obs = {"instruction": batch["instruction"].index_select(0, index),
@@ -278,7 +278,7 @@ class CollectDriver:
             buf["steps"].append(step)
             buf["prev"] = action
             executed.append(action)
-        if policy_rows:
+        if policy_rows and self.script is None:
             self.state.record_actions([batch["streams"][i] for i in policy_rows], [executed[i] for i in policy_rows])
         return executed
 
@@ -354,7 +354,9 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
     ``script`` (see ``replay_round``) the stored actions are executed instead."""
     order_of = {items[k].tour.tour_id: n for n, k in enumerate(full_plan if full_plan is not None else plan)}
     replay = script is not None
-    run_policy = not replay and (beta < 1.0 or bool(cfg.train.bn_train_mode))
+    # under replay the policy does not act, but the frozen encoders see the rows they saw while
+    # collecting (the policy's rows: batch composition can move a feature's last bits)
+    run_policy = beta < 1.0 or bool(cfg.train.bn_train_mode)
     policy.collection_mode() if (hasattr(policy, "collection_mode") and not replay) else policy.eval()
     driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode),
                            bool(cfg.train.fp16_token_bug and cfg.train.store_fp16),
@@ -384,13 +386,14 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
 
 
 def replay_round(cfg, items: list[TourItem], plan: list[int], references, scenes_dir, policy, pipeline, store,
-                 writer: TrajectoryWriter, round_: int, progress=None, full_plan: list[int] | None = None) -> CollectStats:
+                 writer: TrajectoryWriter, round_: int, beta: float, progress=None, full_plan: list[int] | None = None) -> CollectStats:
     """Re-render round ``round_`` of an actions-only ``store`` into ``writer``: the items of
     ``plan`` run again with their stored executed actions, and every agent step is written
     with its observations, as a full collection would have stored it (same metadata and
-    order keys). Raises ``ReplayError`` when an expert label, an episode length or the set of
-    episodes differs from the store."""
-    return collect_round(cfg, items, plan, references, scenes_dir, policy, pipeline, writer, 1.0, round_, progress,
+    order keys). ``beta`` is the round's: the policy does not run, but the encoders batch the
+    rows they batched while collecting. Raises ``ReplayError`` when an expert label, an episode
+    length or the set of episodes differs from the store."""
+    return collect_round(cfg, items, plan, references, scenes_dir, policy, pipeline, writer, beta, round_, progress,
                          full_plan=full_plan, script=action_scripts(store, round_))
 
 

@@ -271,6 +271,9 @@ class TrajectoryStore:
 
     def truncate(self, lengths: Mapping[str, int]) -> None:
         """Cut every shard back to ``lengths`` episodes (shards not named are emptied)."""
+        missing = sorted(shard for shard, n in lengths.items() if int(n) > 0 and shard not in self.shards)
+        if missing:
+            raise StoreError(f"{self.root}: shard(s) {missing} are gone, cannot keep their {[lengths[m] for m in missing]} episodes")
         for shard in self.shards:
             keep = int(lengths.get(shard, 0))
             data, index = self.root / f"{shard}.data", self.root / f"{shard}.index"

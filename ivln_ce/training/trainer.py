@@ -55,7 +55,7 @@ from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
 from ivln_ce.training.collect import (beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round,
                                       replay_round)
-from ivln_ce.training.store import TrajectoryStore, TrajectoryWriter
+from ivln_ce.training.store import StoreError, TrajectoryStore, TrajectoryWriter
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +152,10 @@ def check_train_config(cfg: DictConfig) -> None:
 def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     config = fpr.fingerprint_config(resolved(cfg))
     tree = json.loads(json.dumps(resolved(cfg)))
+    p6 = p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(cfg.train.itmaps_ft_on_tours), float(cfg.train.p))
     for key in COSMETIC_TRAIN_KEYS:
-        if key == "train.num_envs" and cfg.train.bn_train_mode:
-            continue  # under T3 the workers share BatchNorm statistics: their number changes what is collected
+        if key == "train.num_envs" and (cfg.train.bn_train_mode or p6):
+            continue  # under T3 the workers share BatchNorm statistics, under P6 they make the chains: what is collected
         fpr._drop(tree, key)
     config["train"] = tree.get("train", {})
     for key in ("eval",):
@@ -293,9 +294,15 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     store_dir = out / "store"
     replay_dir = out / "replay"  # observations re-rendered from an actions-only store
     if resumed and rank == 0:
-        for folder, lengths in ((store_dir, state.store), (replay_dir, state.replayed)):
-            if folder.exists():
-                TrajectoryStore(folder).truncate(lengths)
+        if store_dir.exists():
+            TrajectoryStore(store_dir).truncate(state.store)
+        if not _replay_cache_intact(replay_dir, state.replayed):  # deleted or damaged: rebuild every round
+            import shutil
+
+            shutil.rmtree(replay_dir, ignore_errors=True)
+            state.replayed, state.replay_rounds = {}, 0
+        elif replay_dir.exists():
+            TrajectoryStore(replay_dir).truncate(state.replayed)
     elif not resumed and rank == 0:
         import shutil
 
@@ -317,18 +324,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         if state.done or stop:
             break
         beta = beta_for_round(float(tc.p), k, warm)
-        items = data.items
-        if p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(tc.itmaps_ft_on_tours), float(tc.p)):
-            items = chained_items(data.episodes, int(cfg.seed), k, int(tc.num_envs), int(tc.update_size))  # P6
-        # tour-sequential training stores tours in tours.json order (SPEC §9.6: lane ties keep
-        # that order); a subset per round (update_size) is still drawn at random
-        keep_order = tc.trainer == TrainerKind.tour_sequential and int(tc.update_size) <= 0
-        plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=not keep_order)
-        from ivln_ce.evaluation.evaluator import shard
-
-        mine = shard(items, plan, world)[rank] if world > 1 else plan
-        mine_set = set(mine)
-        mine = [i for i in plan if i in mine_set]
+        items, plan, mine = _round_plan(cfg, data, k, rank, world)
         if not state.collected:
             bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"collect round {k} (beta {beta:.3f})", unit="ep",
                        file=sys.stderr, disable=(not show_progress) or None)
@@ -356,8 +352,8 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt)
             ddp.barrier()
-        if not tc.store_observations and state.replay_rounds <= k:
-            _replay(cfg, data, items, mine, plan, k, store_dir, replay_dir, policy, pipeline, state, rank, show_progress)
+        while not tc.store_observations and state.replay_rounds <= k:  # this round, or every round of a lost cache
+            _replay(cfg, data, state.replay_rounds, warm, store_dir, replay_dir, policy, pipeline, state, rank, world, show_progress)
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt)
             ddp.barrier()
@@ -414,11 +410,39 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     return summary
 
 
-def _replay(cfg, data: TrainingData, items, mine, plan, k: int, store_dir: Path, replay_dir: Path, policy, pipeline,
-            state: RunState, rank: int, show_progress: bool) -> None:
+def _round_plan(cfg: DictConfig, data: TrainingData, k: int, rank: int, world: int) -> tuple[list[TourItem], list[int], list[int]]:
+    """Round ``k``'s items, its plan (indices into them) and this rank's share, in plan order."""
+    tc = cfg.train
+    items = data.items
+    if p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(tc.itmaps_ft_on_tours), float(tc.p)):
+        items = chained_items(data.episodes, int(cfg.seed), k, int(tc.num_envs), int(tc.update_size))  # P6
+    # tour-sequential training stores tours in tours.json order (SPEC §9.6: lane ties keep
+    # that order); a subset per round (update_size) is still drawn at random
+    keep_order = tc.trainer == TrainerKind.tour_sequential and int(tc.update_size) <= 0
+    plan = plan_round(items, int(tc.update_size), int(cfg.seed), k, shuffle=not keep_order)
+    from ivln_ce.evaluation.evaluator import shard
+
+    mine = set(shard(items, plan, world)[rank]) if world > 1 else set(plan)
+    return items, plan, [i for i in plan if i in mine]
+
+
+def _replay_cache_intact(replay_dir: Path, lengths: dict[str, int]) -> bool:
+    """Whether the replay cache still holds at least the episodes its cursor records."""
+    if not any(lengths.values()):
+        return True
+    try:
+        have = TrajectoryStore(replay_dir).lengths()
+    except StoreError:
+        return False
+    return all(have.get(shard, 0) >= n for shard, n in lengths.items())
+
+
+def _replay(cfg, data: TrainingData, k: int, warm: bool, store_dir: Path, replay_dir: Path, policy, pipeline,
+            state: RunState, rank: int, world: int, show_progress: bool) -> None:
     """Re-render round ``k`` of the actions-only store into the replay cache (this rank's
     share, into its own shard), then record the cache's cursor."""
     tc = cfg.train
+    items, plan, mine = _round_plan(cfg, data, k, rank, world)
     bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"replay round {k}", unit="ep", file=sys.stderr,
                disable=(not show_progress) or None)
 
@@ -428,7 +452,7 @@ def _replay(cfg, data: TrainingData, items, mine, plan, k: int, store_dir: Path,
 
     with TrajectoryWriter(replay_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w:
         replay_round(cfg, items, mine, data.references, data.scenes_dir, policy, pipeline, TrajectoryStore(store_dir), w, k,
-                     progress, full_plan=plan)
+                     beta_for_round(float(tc.p), k, warm), progress, full_plan=plan)
     bar.close()
     ddp.barrier()
     state.replayed = TrajectoryStore(replay_dir).lengths()

@@ -56,6 +56,7 @@ def test_a_replayed_dagger_run_stores_and_trains_like_a_full_store(dagger_runs):
     assert all(set(e.steps) == set(ACTION_FIELDS) for e in actions_only)
     reference = episodes(tmp / "full" / "store")
     assert any(np.any(e.steps["executed_actions"] != e.steps["oracle_actions"]) for e in reference)  # the policy acted
+    assert len(reference) == len(actions_only) >= 6
     for a, b in zip(reference, actions_only):
         for k in ACTION_FIELDS:
             assert np.array_equal(a.steps[k], b.steps[k].astype(np.int64)), (a.meta["episode_id"], k)
@@ -70,13 +71,17 @@ def test_a_replayed_dagger_run_stores_and_trains_like_a_full_store(dagger_runs):
 
 
 def test_a_replayed_tour_rebuilds_iterative_maps_across_oracle_walks(tiny_benchmark, tmp_path):
+    """A tour through the iterative runner, round 1 driven by the policy: the oracle walks start
+    where the policy stopped, and the maps carry over episodes; the replay must rebuild both."""
     args = [f"data.root={tiny_benchmark}", "policy.name=map_cma", "simulator.sensors=[depth,semantic]", *SMALL,
             "mapping.mode=iterative", "mapping.semantics=gt", "env.oracle_phases=true", "train.use_tours=true",
-            "train.tours=[0]", "train.batch_size=2", "train.epochs=1", "train.progress_weight=1.0", "train.max_steps=1"]
+            "train.tours=[0]", "train.batch_size=4", "train.epochs=1", "train.progress_weight=1.0", "train.p=0.0",
+            "train.iterations=2", "env.max_agent_steps=15"]
     train(load_config(None, args + [f"results_dir={tmp_path / 'full'}"]), show_progress=False)
     train(load_config(None, args + [f"results_dir={tmp_path / 'small'}", "train.store_observations=false"]), show_progress=False)
     reference = episodes(tmp_path / "full" / "store")
-    assert len(reference) == 4 and [e.meta["position"] for e in reference] == [0, 1, 2, 3]
+    assert [(e.meta["round"], e.meta["position"]) for e in reference] == [(r, p) for r in (0, 1) for p in range(4)]
+    assert any(np.any(e.steps["executed_actions"] != e.steps["oracle_actions"]) for e in reference[4:])  # the policy acted
     assert_same_episodes(reference, episodes(tmp_path / "small" / "replay"))
     # the later episodes start from maps of the earlier ones: their first maps are not empty
     assert reference[-1].steps["occupancy_map"][0].any()
@@ -103,7 +108,7 @@ def test_a_diverging_replay_names_the_episode_and_step(tiny_benchmark, dagger_ru
     def replay(store, out):
         with TrajectoryWriter(out, "rank0") as w:
             replay_round(cfg, data.items, plan, data.references, data.scenes_dir, policy, _pipeline(cfg, policy, "cpu"),
-                         TrajectoryStore(store), w, 0)
+                         TrajectoryStore(store), w, 0, 1.0)
 
     with pytest.raises(ReplayError, match=f"diverged: episode {bad.meta['episode_id']} of tour"):
         replay(tmp / "tampered", tmp / "out")  # after the changed action the expert says otherwise
@@ -115,3 +120,28 @@ def test_actions_only_stores_refuse_batch_statistics_during_collection(tiny_benc
     cfg = load_config(None, latent(tiny_benchmark, tmp_path / "x", "train.store_observations=false", "train.bn_train_mode=true"))
     with pytest.raises(ConfigError, match="bn_train_mode"):
         check_train_config(cfg)
+
+
+def test_a_lost_or_damaged_replay_cache_is_noticed(tmp_path):
+    """A resume rebuilds the replay cache only if it no longer holds what its cursor records;
+    truncating a store to a shard that is gone is an error, not an empty shard."""
+    from ivln_ce.training.store import StoreError
+    from ivln_ce.training.trainer import _replay_cache_intact
+
+    ep = Episode({"episode_id": "1", "tour_id": "0", "steps": 2, "round": 0, "order": [0, 0, 0], "position": 0},
+                 {}, {"executed_actions": np.zeros(2, np.int8)})
+    for shard in ("rank0", "rank1"):
+        with TrajectoryWriter(tmp_path / "replay", shard) as w:
+            w.append(ep)
+            w.append(ep)
+    assert _replay_cache_intact(tmp_path / "replay", {"rank0": 2, "rank1": 1})
+    assert _replay_cache_intact(tmp_path / "nothing", {})
+    assert not _replay_cache_intact(tmp_path / "replay", {"rank0": 3})
+    assert not _replay_cache_intact(tmp_path / "nothing", {"rank0": 1})
+    for f in (tmp_path / "replay").glob("rank1.*"):
+        f.unlink()
+    assert not _replay_cache_intact(tmp_path / "replay", {"rank0": 2, "rank1": 1})
+    with pytest.raises(StoreError, match="rank1"):
+        TrajectoryStore(tmp_path / "replay").truncate({"rank0": 1, "rank1": 1})
+    TrajectoryStore(tmp_path / "replay").truncate({"rank0": 1})
+    assert len(TrajectoryStore(tmp_path / "replay")) == 1

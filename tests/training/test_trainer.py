@@ -270,7 +270,7 @@ def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_b
     assert ev["label"] == "0" and ev["num_tours"] == 1 and ev["agent"] == "tour_cma"
 
 
-def test_training_fingerprint_counts_the_number_of_environments_only_under_t3(tiny_benchmark):
+def test_training_fingerprint_counts_the_number_of_environments_only_under_t3_and_p6(tiny_benchmark):
     from ivln_ce.training.trainer import load_training_data, training_fingerprint
 
     def fp(*overrides):
@@ -280,3 +280,6 @@ def test_training_fingerprint_counts_the_number_of_environments_only_under_t3(ti
     assert fp("train.num_envs=1") == fp("train.num_envs=3")  # eval-mode collection does not depend on it
     assert fp("train.bn_train_mode=true", "train.num_envs=1") != fp("train.bn_train_mode=true", "train.num_envs=3")
     assert fp("train.lr=1e-3") != fp("train.lr=2e-3")
+    p6 = ["policy.name=map_cma", "simulator.sensors=[depth,semantic]", "mapping.mode=iterative", "train.p=0.5",
+          "train.itmaps_ft_on_tours=false"]
+    assert fp(*p6, "train.num_envs=1") != fp(*p6, "train.num_envs=3")  # under P6 the environments make the chains
