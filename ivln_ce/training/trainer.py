@@ -293,17 +293,21 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     state = state or RunState()
     store_dir = out / "store"
     replay_dir = out / "replay"  # observations re-rendered from an actions-only store
-    if resumed and rank == 0:
-        if store_dir.exists():
-            TrajectoryStore(store_dir).truncate(state.store)
-        if not _replay_cache_intact(replay_dir, state.replayed):  # deleted or damaged: rebuild every round
-            import shutil
-
-            shutil.rmtree(replay_dir, ignore_errors=True)
+    if resumed:
+        intact = _replay_cache_intact(replay_dir, state.replayed)  # every rank decides alike, before anything changes
+        ddp.barrier()
+        if not intact:  # deleted or damaged: every rank replays every round
             state.replayed, state.replay_rounds = {}, 0
-        elif replay_dir.exists():
-            TrajectoryStore(replay_dir).truncate(state.replayed)
-    elif not resumed and rank == 0:
+        if rank == 0:
+            if store_dir.exists():
+                TrajectoryStore(store_dir).truncate(state.store)
+            if not intact:
+                import shutil
+
+                shutil.rmtree(replay_dir, ignore_errors=True)
+            elif replay_dir.exists():
+                TrajectoryStore(replay_dir).truncate(state.replayed)
+    elif rank == 0:
         import shutil
 
         for folder in (store_dir, replay_dir):  # a store without a resume file belongs to no recoverable run
