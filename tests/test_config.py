@@ -111,8 +111,10 @@ def test_official_profile_after_a_recipe_changes_only_the_switches():
     assert recipe.env.oracle_step_limit == both.env.oracle_step_limit == -1
     assert (both.name, both.data.root) == (recipe.name, recipe.data.root)
     assert profile_of(both) == {"profile": "official", "flags": OFFICIAL_PROFILE}
+    alone = load_config(REPO_CONFIGS / "embedded" / "cma.yaml")
     embedded = load_config([REPO_CONFIGS / "embedded" / "cma.yaml", REPO_CONFIGS / "profiles" / "official.yaml"])
-    assert embedded.data.root == "data/synthetic_small" and embedded.train.epochs == 8
+    assert embedded.data.root == alone.data.root == "data/synthetic_small"
+    assert (embedded.train.epochs, embedded.train.lr) == (alone.train.epochs, alone.train.lr) == (12, 1e-3)
 
 
 def test_required_values_marked_in_a_recipe_must_be_given(tmp_path):
