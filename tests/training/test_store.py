@@ -103,24 +103,31 @@ def test_killed_writer_never_corrupts_the_store(tmp_path):
         import sys, numpy as np
         from ivln_ce.training.store import Episode, TrajectoryWriter
         w = TrajectoryWriter(sys.argv[1], "shard-0", sync_every=1000)
-        k = w.count
-        while True:
+        k = stop = w.count
+        stop += 3000  # bounded: at most about 60 MB a trial
+        print("writing", flush=True)
+        while k < stop:
             rng = np.random.default_rng(k)
             T = int(rng.integers(20, 60))
             w.append(Episode({"episode_id": str(k), "steps": T}, {},
-                             {"x": np.full((T, 256, 64), k, np.float32), "a": np.full(T, k % 4, np.int64)}))
+                             {"x": np.full((T, 4, 64), k, np.float32), "a": np.full(T, k % 4, np.int64)}))
             k += 1
     """)
+    killed_while_writing = 0
     for trial in range(4):
-        p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
-        time.sleep(0.6 + 0.3 * trial)
-        os.kill(p.pid, signal.SIGKILL)
+        p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "writing\n"  # the writer is open: the kill lands mid-stream
+        time.sleep(0.02 + 0.03 * trial)
+        if p.poll() is None:
+            killed_while_writing += 1
+            os.kill(p.pid, signal.SIGKILL)
         p.wait()
         store = TrajectoryStore(tmp_path)
         assert len(store) > 0
         for i, ep in enumerate(store):
             assert ep.meta["episode_id"] == str(i)  # no gaps, no duplicates
             assert np.all(ep.steps["x"] == i) and np.all(ep.steps["a"] == i % 4)
+    assert killed_while_writing > 0
 
 
 def test_dataloader_workers_read_through_memory_maps(tmp_path):
