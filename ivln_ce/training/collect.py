@@ -32,7 +32,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -137,6 +137,11 @@ def action_scripts(store, round_: int) -> dict[tuple[str, str], dict[str, np.nda
     return scripts
 
 
+def _actions_step(row: int, actions: dict[str, int]) -> dict[str, np.ndarray]:
+    """An agent step of the actions-only store: the action fields as int8."""
+    return {k: np.int8(actions[k]) for k in ACTION_FIELDS}
+
+
 def _stream_key(tour_id: str) -> int:
     """A seed per tour id: the id itself when numeric, else 63 bits of its BLAKE2b digest
     (distinct ids must not share coin flips and samples)."""
@@ -227,7 +232,7 @@ class CollectDriver:
         policy_rows = self._policy_rows(views)
         rows = sorted(set(agent_rows) | set(policy_rows))
         if not (self.observations or self.run_policy):  # actions only, the expert always acts: no encoder, no map
-            return self._decide_actions_only(views)
+            return self._record_steps(views, {}, _actions_step)
         batch = self.pipeline(views, rows)
         where = {r: n for n, r in enumerate(rows)}  # view row -> feature row
         sampled: dict[int, int] = {}
@@ -252,32 +257,18 @@ class CollectDriver:
         occ = batch["occupancy_map"].cpu().numpy() if self.maps_needed else None
         sem = batch["semantic_map"].cpu().numpy() if self.maps_needed else None
         progress = batch["progress"].cpu().numpy()
-        executed = []
-        for i, v in enumerate(views):
-            info = v.info
-            if "metrics" in info:
-                self._flush(v, info["metrics_episode_id"])
-            if not info["produce_action"]:
-                executed.append(sampled.get(i, 0))  # ignored: the oracle acts
-                continue
-            buf = self._buffer(v)
-            expert, action = self._choose(v, buf, sampled.get(i))
-            if i in sampled:
-                self.stats.decided += 1
-                self.stats.agrees += int(sampled[i] == expert)
+
+        def full_step(i: int, actions: dict[str, int]) -> dict[str, np.ndarray]:
             f = where[i]
-            step = {"depth_features": depth[f], "progress": progress[i].reshape(1).astype(np.float32),
-                    "oracle_actions": np.int64(expert), "prev_actions": np.int64(buf["prev"]),
-                    "executed_actions": np.int64(action)}
+            step = {"depth_features": depth[f], "progress": progress[i].reshape(1).astype(np.float32)}
+            step |= {k: np.int64(a) for k, a in actions.items()}
             if rgb is not None:
                 step["rgb_features"] = rgb[f]
             if occ is not None:
                 step["occupancy_map"], step["semantic_map"] = occ[i].astype(np.uint8), sem[i].astype(np.uint8)
-            if not self.observations:
-                step = {k: np.int8(step[k]) for k in ACTION_FIELDS}
-            buf["steps"].append(step)
-            buf["prev"] = action
-            executed.append(action)
+            return step
+
+        executed = self._record_steps(views, sampled, full_step if self.observations else _actions_step)
         if policy_rows and self.script is None:
             self.state.record_actions([batch["streams"][i] for i in policy_rows], [executed[i] for i in policy_rows])
         return executed
@@ -317,19 +308,24 @@ class CollectDriver:
         self.stats.expert_steps += int(use_expert)
         return expert, (expert if (use_expert or sampled is None) else sampled)
 
-    def _decide_actions_only(self, views: Sequence[StreamView]) -> list[int]:
-        """A tick of actions-only collection with the expert acting (beta = 1): no pipeline."""
+    def _record_steps(self, views: Sequence[StreamView], sampled: dict[int, int],
+                      make_step: Callable[[int, dict[str, int]], dict[str, np.ndarray]]) -> list[int]:
+        """The executed action of every view (``sampled``: the policy's samples by row). Each
+        agent step's record, ``make_step(row, action fields)``, goes to its episode's buffer;
+        episodes that just finished are flushed first."""
         executed = []
-        for v in views:
+        for i, v in enumerate(views):
             if "metrics" in v.info:
                 self._flush(v, v.info["metrics_episode_id"])
             if not v.info["produce_action"]:
-                executed.append(0)  # ignored: the oracle acts
+                executed.append(sampled.get(i, 0))  # ignored: the oracle acts
                 continue
             buf = self._buffer(v)
-            expert, action = self._choose(v, buf, None)
-            buf["steps"].append({"oracle_actions": np.int8(expert), "prev_actions": np.int8(buf["prev"]),
-                                 "executed_actions": np.int8(action)})
+            expert, action = self._choose(v, buf, sampled.get(i))
+            if i in sampled:
+                self.stats.decided += 1
+                self.stats.agrees += int(sampled[i] == expert)
+            buf["steps"].append(make_step(i, {"oracle_actions": expert, "prev_actions": buf["prev"], "executed_actions": action}))
             buf["prev"] = action
             executed.append(action)
         return executed

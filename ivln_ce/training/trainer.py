@@ -330,13 +330,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         beta = beta_for_round(float(tc.p), k, warm)
         items, plan, mine = _round_plan(cfg, data, k, rank, world)
         if not state.collected:
-            bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"collect round {k} (beta {beta:.3f})", unit="ep",
-                       file=sys.stderr, disable=(not show_progress) or None)
-
-            def progress(result, n):
-                if result is not None:
-                    bar.update(len(result.episodes))
-
+            bar, progress = _episode_bar(items, mine, f"collect round {k} (beta {beta:.3f})", show_progress)
             with TrajectoryWriter(store_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w, \
                     ddp.local_statistics(policy):
                 stats = collect_round(cfg, items, mine, data.references, data.scenes_dir, policy, pipeline, w, beta, k, progress,
@@ -430,6 +424,19 @@ def _round_plan(cfg: DictConfig, data: TrainingData, k: int, rank: int, world: i
     return items, plan, [i for i in plan if i in mine]
 
 
+def _episode_bar(items: list[TourItem], mine: list[int], desc: str, show: bool):
+    """A progress bar over the episodes of this rank's items, and the engine callback that
+    advances it as tours finish."""
+    bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=desc, unit="ep", file=sys.stderr,
+               disable=(not show) or None)
+
+    def progress(result, n):
+        if result is not None:
+            bar.update(len(result.episodes))
+
+    return bar, progress
+
+
 def _replay_cache_intact(replay_dir: Path, lengths: dict[str, int]) -> bool:
     """Whether the replay cache still holds at least the episodes its cursor records."""
     if not any(lengths.values()):
@@ -447,13 +454,7 @@ def _replay(cfg, data: TrainingData, k: int, warm: bool, store_dir: Path, replay
     share, into its own shard), then record the cache's cursor."""
     tc = cfg.train
     items, plan, mine = _round_plan(cfg, data, k, rank, world)
-    bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=f"replay round {k}", unit="ep", file=sys.stderr,
-               disable=(not show_progress) or None)
-
-    def progress(result, n):
-        if result is not None:
-            bar.update(len(result.episodes))
-
+    bar, progress = _episode_bar(items, mine, f"replay round {k}", show_progress)
     with TrajectoryWriter(replay_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w:
         replay_round(cfg, items, mine, data.references, data.scenes_dir, policy, pipeline, TrajectoryStore(store_dir), w, k,
                      beta_for_round(float(tc.p), k, warm), progress, full_plan=plan)
