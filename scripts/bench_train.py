@@ -88,9 +88,9 @@ def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
     """Bytes per step of the collected episodes stored as actions only, the replay's speed and
     how far its re-rendered observations are from the collected ones."""
     from ivln_ce.models.factory import build_policy
-    from ivln_ce.training.collect import ACTION_FIELDS, plan_round, replay_round
+    from ivln_ce.training.collect import ACTION_FIELDS, replay_round
     from ivln_ce.training.store import Episode, TrajectoryStore, TrajectoryWriter
-    from ivln_ce.training.trainer import _pipeline, canonical_order, load_training_data
+    from ivln_ce.training.trainer import _pipeline, _round_plan, canonical_order, load_training_data
 
     store = TrajectoryStore(src)
     eps = [store[i] for i in canonical_order(store)]
@@ -101,11 +101,11 @@ def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
     size = sum(p.stat().st_size for p in (tmp / "actions").glob("*")) / steps
     cfg = load_config(None, _overrides(args, name, tmp / "unused"))
     data = load_training_data(cfg)
-    plan = plan_round(data.items, args.episodes, int(cfg.seed), 0)
+    items, plan, _ = _round_plan(cfg, data, 0, 0, 1)  # round 0 as the trainer planned it
     policy, _ = build_policy(cfg.policy, data.vocab_size, cfg.train, args.device, seed=int(cfg.seed))
     t = time.perf_counter()
     with TrajectoryWriter(tmp / "replayed", "s", fp16=False, codec="raw") as w:
-        stats = replay_round(cfg, data.items, plan, data.references, data.scenes_dir, policy, _pipeline(cfg, policy, args.device),
+        stats = replay_round(cfg, items, plan, data.references, data.scenes_dir, policy, _pipeline(cfg, policy, args.device),
                              TrajectoryStore(tmp / "actions"), w, 0, 1.0)
     secs = time.perf_counter() - t
     replayed = TrajectoryStore(tmp / "replayed")

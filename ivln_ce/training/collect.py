@@ -228,11 +228,11 @@ class CollectDriver:
 
     @torch.no_grad()
     def decide(self, views: Sequence[StreamView]) -> list[int]:
+        if not (self.observations or self.run_policy):  # actions only, the expert always acts: no encoder, no map
+            return self._record_steps(views, {}, _actions_step)
         agent_rows = [i for i, v in enumerate(views) if v.info["produce_action"]]
         policy_rows = self._policy_rows(views)
         rows = sorted(set(agent_rows) | set(policy_rows))
-        if not (self.observations or self.run_policy):  # actions only, the expert always acts: no encoder, no map
-            return self._record_steps(views, {}, _actions_step)
         batch = self.pipeline(views, rows)
         where = {r: n for n, r in enumerate(rows)}  # view row -> feature row
         sampled: dict[int, int] = {}

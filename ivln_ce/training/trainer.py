@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -302,14 +303,10 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
             if store_dir.exists():
                 TrajectoryStore(store_dir).truncate(state.store)
             if not intact:
-                import shutil
-
                 shutil.rmtree(replay_dir, ignore_errors=True)
             elif replay_dir.exists():
                 TrajectoryStore(replay_dir).truncate(state.replayed)
     elif rank == 0:
-        import shutil
-
         for folder in (store_dir, replay_dir):  # a store without a resume file belongs to no recoverable run
             if folder.exists():
                 shutil.rmtree(folder)
@@ -328,8 +325,8 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         if state.done or stop:
             break
         beta = beta_for_round(float(tc.p), k, warm)
-        items, plan, mine = _round_plan(cfg, data, k, rank, world)
         if not state.collected:
+            items, plan, mine = _round_plan(cfg, data, k, rank, world)
             bar, progress = _episode_bar(items, mine, f"collect round {k} (beta {beta:.3f})", show_progress)
             with TrajectoryWriter(store_dir, f"rank{rank}", fp16=bool(tc.store_fp16), codec=tc.store_codec.value) as w, \
                     ddp.local_statistics(policy):
