@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="training needs torch")
 
 from ivln_ce.config import load_config  # noqa: E402
+from ivln_ce.models.official_weights import read_checkpoint  # noqa: E402
 from ivln_ce.training.store import TrajectoryStore  # noqa: E402
 from ivln_ce.training.trainer import canonical_order, train  # noqa: E402
 
@@ -93,15 +94,18 @@ TRAIN_SCRIPT = textwrap.dedent("""
 
 
 def _final_weights(out):
-    from ivln_ce.models.official_weights import read_checkpoint
-
     ckpts = sorted(out.glob("ckpt.*.pth"), key=lambda p: int(p.name.split(".")[1]))
     return read_checkpoint(ckpts[-1])["state_dict"], [p.name for p in ckpts]
 
 
-def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path):
+@pytest.mark.parametrize("store_kind", ["full", "actions_only"])
+def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path, store_kind):
+    """SIGKILL at several moments, then a restart: the final weights equal an uninterrupted
+    run's. With an actions-only store the first kill lands while round 0 is being re-rendered
+    into the replay cache (its shard file exists, the resume point says the replay is not done)."""
+    extra = ["train.store_observations=false"] if store_kind == "actions_only" else []
     args = latent(tiny_benchmark, tmp_path / "x", "train.p=0.5", "train.iterations=2", "train.update_size=3", "train.epochs=2",
-                  "train.num_envs=2", "train.resume_every=2")
+                  "train.num_envs=2", "train.resume_every=2", *extra)
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     full = tmp_path / "full"
     run = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={full}"], env=env, capture_output=True,
@@ -109,33 +113,51 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     killed = tmp_path / "killed"
     resume = killed / "resume.pt"
-    kills = 0
+    replay_shard = killed / "replay" / "rank0.data"
+    kills, killed_mid_replay = 0, False
     # each attempt is killed a moment after it saved a resume point (so the kills land mid-run
-    # however loaded the machine is): right after a round's collection, during training, later
-    for delay in (0.0, 1.5, 4.0):
+    # however loaded the machine is): right after a round's collection, during training, later;
+    # the actions-only run is first killed as soon as its replay starts writing
+    for attempt, delay in enumerate((0.0, 1.5, 4.0)):
+        at_replay = store_kind == "actions_only" and attempt == 0
         before = resume.stat().st_mtime_ns if resume.exists() else None
         p = subprocess.Popen([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={killed}"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.getcwd())
         deadline = time.monotonic() + 600
         while p.poll() is None and time.monotonic() < deadline:
-            if resume.exists() and resume.stat().st_mtime_ns != before:
+            if at_replay and replay_shard.exists() and replay_shard.stat().st_size > 0:  # one episode re-rendered
                 break
-            time.sleep(0.1)
+            if not at_replay and resume.exists() and resume.stat().st_mtime_ns != before:
+                break
+            time.sleep(0.02 if at_replay else 0.1)
         time.sleep(delay)
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)
             kills += 1
+            if at_replay:
+                state = read_checkpoint(resume)["state"]
+                killed_mid_replay = state["collected"] and state["replay_rounds"] == 0
         p.wait()
     finish = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={killed}"], env=env, capture_output=True,
                             text=True, timeout=900, cwd=os.getcwd())
     assert finish.returncode == 0, finish.stderr[-3000:]
     assert kills >= 1
+    if store_kind == "actions_only":
+        assert killed_mid_replay
+        # the replay cache holds each round's episodes once, as the uninterrupted run's does
+        assert _round_and_episode_ids(killed / "replay") == _round_and_episode_ids(full / "replay")
+        assert len(_round_and_episode_ids(full / "replay")) == 6
     a, names_a = _final_weights(full)
     b, names_b = _final_weights(killed)
     assert names_a == names_b == ["ckpt.0.pth", "ckpt.1.pth", "ckpt.2.pth", "ckpt.3.pth"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     summary = json.loads((killed / "train_summary.json").read_text())
     assert summary["resumed"] is True
+
+
+def _round_and_episode_ids(folder):
+    store = TrajectoryStore(folder)
+    return [(store.meta(i)["round"], store.meta(i)["episode_id"]) for i in canonical_order(store)]
 
 
 def _free_port():
