@@ -43,6 +43,16 @@ def barrier() -> None:
         dist.barrier()
 
 
+def gather_cat(t: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``t`` (same shape on every rank) concatenated along dim 0 in rank order
+    (``t`` itself on one rank)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
 def allreduce_gradients(params) -> None:
     """Average the gradients of ``params`` across ranks (no-op on one rank)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:

@@ -95,8 +95,9 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
                      rank: int, world: int, show_progress: bool, resume_point: Callable[[], None]) -> bool:
     """One epoch of tour-sequential training; returns True when ``train.max_steps`` stopped it.
 
-    Carried lane states restart from zero on a mid-epoch resume only if the run was resumed
-    from a mid-epoch point (``train.resume_every``); per-epoch resume points are exact."""
+    With mid-epoch resume points (``train.resume_every``) every lane's carried state goes into
+    ``state.lane_states`` after each batch (gathered from all ranks), so a run resumed
+    mid-epoch carries on from the states it had, as an uninterrupted run does."""
     from ivln_ce.training.trainer import _log_step
 
     tc = cfg.train
@@ -113,6 +114,10 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
     hidden = policy.net.state_encoder.rnn.hidden_size
     my_lanes = _rank_lanes(int(tc.batch_size), rank, world) if world > 1 else range(int(tc.batch_size))
     carried = {lane: torch.zeros(L, hidden, device=device) for lane in my_lanes}
+    if state.batch and state.lane_states is not None:  # resumed mid-epoch
+        for lane in my_lanes:
+            carried[lane] = state.lane_states[lane].to(device)
+    keep_states = bool(int(tc.resume_every))
     policy.train()
     bar = tqdm(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs} (tours)", unit="batch",
                file=sys.stderr, disable=(not show_progress or rank != 0) or None)
@@ -155,6 +160,8 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
         state.batch = j + 1
         if writer is not None and losses is not None:
             _log_step(writer, losses, state.step, world, len(global_present), time.perf_counter() - t0, j + 1)
+        if keep_states:
+            state.lane_states = ddp.gather_cat(torch.stack([carried[lane] for lane in my_lanes])).cpu()
         bar.update()
         resume_point()
         if tc.max_steps and state.step >= int(tc.max_steps):

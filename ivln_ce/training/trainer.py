@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
@@ -79,6 +78,7 @@ class RunState:
     store: dict[str, int] = field(default_factory=dict)
     replayed: dict[str, int] = field(default_factory=dict)  # the replay cache's cursor (actions-only stores)
     replay_rounds: int = 0  # rounds whose observations are in the replay cache
+    lane_states: Any = None  # tour-sequential: every lane's carried state after ``batch`` batches ([lanes, L, H], CPU)
     episodes_collected: int = 0
     steps_collected: int = 0
     done: bool = False
@@ -172,12 +172,6 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
 
 
 # --------------------------------------------------------------------------- state
-
-
-def _rng_state() -> dict:
-    import random
-
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
@@ -368,7 +362,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
                 path = save_checkpoint(out / f"ckpt.{index}.pth", policy, _plain_state_config(cfg), opt.state_dict(),
                                        dagger_it=k, epoch=e, step_id=state.step)
                 state.checkpoints.append(path.name)
-            state.epoch, state.batch = e + 1, 0
+            state.epoch, state.batch, state.lane_states = e + 1, 0, None
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt)
                 _evaluate_checkpoint(cfg, out, index, writer)

@@ -292,6 +292,47 @@ def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_b
     assert ev["label"] == "0" and ev["num_tours"] == 1 and ev["agent"] == "tour_cma"
 
 
+class _Interrupted(Exception):
+    pass
+
+
+def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchmark, tmp_path, monkeypatch):
+    """A tour-sequential run stopped right after a mid-epoch resume point and run again ends
+    with the uninterrupted run's weights: the lanes' carried states come back with the resume
+    point (restarting them from zeros would give other weights)."""
+    import ivln_ce.training.trainer as trainer
+
+    def args(out):
+        return [f"data.root={tiny_benchmark}", f"results_dir={out}", "policy.name=tour_cma", "simulator.sensors=[rgb,depth]",
+                *SMALL, "train.trainer=tour_sequential", "train.use_tours=true", "train.batch_size=2", "train.epochs=1",
+                "env.oracle_phases=false", "train.tours=[0,1,2]", "train.official_lanes=false", "train.resume_every=1",
+                f"train.out_dir={out}"]
+
+    torch.set_num_threads(1)
+    full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
+    assert full["optimizer_steps"] >= 3
+    real_save = trainer.save_resume
+    seen = []
+
+    def save_then_stop(out, fingerprint, state, policy, opt):
+        real_save(out, fingerprint, state, policy, opt)
+        seen.append((state.batch, state.lane_states))
+        if state.batch == 2:  # mid-epoch, after two batches: the lanes carry real states
+            raise _Interrupted
+
+    monkeypatch.setattr(trainer, "save_resume", save_then_stop)
+    with pytest.raises(_Interrupted):
+        train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    monkeypatch.setattr(trainer, "save_resume", real_save)
+    lanes = seen[-1][1]
+    assert lanes is not None and lanes.shape[0] == 2 and float(lanes.abs().sum()) > 0
+    resumed = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    assert resumed["resumed"] is True and resumed["optimizer_steps"] == full["optimizer_steps"]
+    a, _ = _final_weights(tmp_path / "full")
+    b, _ = _final_weights(tmp_path / "cut")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_training_fingerprint_counts_the_number_of_environments_only_under_t3_and_p6(tiny_benchmark):
     from ivln_ce.training.trainer import load_training_data, training_fingerprint
 
