@@ -550,7 +550,10 @@ def _log_step(writer, losses: dict, step: int, world: int, global_episodes: int,
 
 
 def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None:
-    """Evaluate a new checkpoint on ``train.eval_splits`` and log ``eval_{split}_{metric}``."""
+    """Evaluate a new checkpoint on ``train.eval_splits`` and log ``eval_{split}_{metric}``.
+
+    Rank 0 evaluates alone (the other ranks wait at the next barrier), with oracle phases on
+    whatever the training recipe collects with: the evaluation protocol of SPEC §10.1."""
     if not cfg.train.eval_splits:
         return
     from ivln_ce.config import load_config
@@ -560,8 +563,9 @@ def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None
         ecfg = load_config(None, _overrides(resolved(cfg)) + [f"eval.split={split}", "eval.agent=policy",
                                                                f"policy.checkpoint={out / f'ckpt.{index}.pth'}",
                                                                f"results_dir={out / 'eval'}", f"eval.num_envs={cfg.train.num_envs}",
-                                                               f"eval.device={cfg.train.device}", "eval.tours=[]", "eval.label=''"])
-        summary = evaluate(ecfg, show_progress=False)
+                                                               f"eval.device={cfg.train.device}", "eval.tours=[]", "eval.label=''",
+                                                               "env.oracle_phases=true"])
+        summary = evaluate(ecfg, rank=0, world_size=1, show_progress=False)
         if writer is not None and summary is not None:
             for metric in ("tndtw", "success", "spl", "ndtw", "oracle_success", "distance_to_goal", "path_length"):
                 v = summary.get(metric)

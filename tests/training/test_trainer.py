@@ -333,6 +333,34 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(tiny_benchmark, tmp_path, monkeypatch):
+    """``train.eval_splits``: each new checkpoint is evaluated with oracle phases on (the
+    recipe collects with them off) and logged on the epoch axis; under torchrun's environment
+    rank 0 evaluates alone instead of waiting for ranks that never join its evaluation."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import ivln_ce.training.trainer as trainer
+
+    out = tmp_path / "t"
+    cfg = load_config(None, latent(tiny_benchmark, out, "train.update_size=2", f"train.out_dir={out}",
+                                   "train.eval_splits=[val_unseen]", "env.max_agent_steps=5"))
+    torch.set_num_threads(1)
+    train(cfg, show_progress=False)
+    stats = json.loads((out / "eval" / "iterative_stats_ckpt_0_val_unseen.json").read_text())
+    tours = json.loads((tiny_benchmark / "tours.json").read_text())["val_unseen"]
+    assert stats["config"]["env"]["oracle_phases"] is True and stats["label"] == "0"
+    assert stats["num_tours"] == sum(len(t) for t in tours.values()) == 6
+    ev = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0})
+    ev.Reload()
+    logged = ev.Scalars("eval_val_unseen_tndtw")
+    assert [(e.step, round(e.value, 6)) for e in logged] == [(1, round(stats["tndtw"], 6))]
+    for key in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    trainer._evaluate_checkpoint(cfg, out, 0, None)  # a second time: reuses the first evaluation's tours
+
+
 def test_training_fingerprint_counts_the_number_of_environments_only_under_t3_and_p6(tiny_benchmark):
     from ivln_ce.training.trainer import load_training_data, training_fingerprint
 
