@@ -411,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", required=True, action="append",
                     help="YAML config, e.g. configs/2_eval_iterative/reference_agents.yaml; repeat to layer files "
                          "(e.g. a recipe, then configs/profiles/official.yaml)")
-    ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.agent=random eval.workers=2")
+    ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.agent=random eval.num_envs=2")
     ev.set_defaults(func=cmd_eval)
 
     trn = sub.add_parser("train", help="teacher forcing / DAgger / tour-sequential training of a policy (resumable)")

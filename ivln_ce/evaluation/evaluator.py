@@ -501,6 +501,9 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     split = load_split(cfg)
     for note in split.notes:
         log.warning(note)
+    if not cfg.env.oracle_phases:
+        log.warning("env.oracle_phases=false: episodes teleport to their starts instead of the oracle walks of the evaluation "
+                    "protocol (a training recipe's setting?); set env.oracle_phases=true to evaluate by the protocol")
     paths = EvalPaths(Path(cfg.results_dir), cfg.eval.split, eval_label(cfg))
     fp = run_fingerprint(cfg, split)
     distributed = bool(world_size and world_size > 1)
@@ -535,8 +538,10 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
 
 def leaderboard_validity(cfg: DictConfig, partial: bool) -> tuple[bool, list[str]]:
     """SPEC §10.2: GT semantics and known maps are analysis-only; so are scripted agents,
-    partial runs and non-official t-nDTW."""
+    partial runs, non-official t-nDTW and runs without the protocol's oracle phases (§10.1)."""
     reasons = []
+    if not cfg.env.oracle_phases:
+        reasons.append("oracle phases off (env.oracle_phases=false: episodes teleport to their starts, not the protocol's walks)")
     if cfg.eval.agent != "policy":
         reasons.append(f"scripted reference agent '{cfg.eval.agent}'")
     elif cfg.policy.name == PolicyName.map_cma:

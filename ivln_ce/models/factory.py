@@ -101,7 +101,8 @@ def build_policy(policy_cfg: PolicyConfig, vocab_size: int, train_cfg: TrainConf
     if pc.checkpoint:
         path = Path(pc.checkpoint)
         if path.is_file():
-            reports.append(load_checkpoint(policy, path, name, glove=embeddings))
+            arch = {"depth_backbone": backbone, **({"rgb_depth": int(pc.rgb_depth)} if VARIANTS[name] is not None else {})}
+            reports.append(load_checkpoint(policy, path, name, glove=embeddings, arch=arch))
         elif not path.is_dir():
             raise FileNotFoundError(f"policy.checkpoint: {path}: no such file or folder")
     return policy.to(device), reports
@@ -117,11 +118,15 @@ def checkpoint_kind(ckpt: dict[str, Any]) -> str:
     return "bare"
 
 
-def load_checkpoint(policy: nn.Module, path: str | Path, policy_name: str | None = None, glove: torch.Tensor | None = None) -> LoadReport:
+def load_checkpoint(policy: nn.Module, path: str | Path, policy_name: str | None = None, glove: torch.Tensor | None = None,
+                    arch: dict[str, Any] | None = None) -> LoadReport:
     """Strictly load a policy checkpoint file (toolkit or official) into ``policy``.
 
-    A toolkit checkpoint that records ``policy.name`` must match ``policy_name``. When a GloVe
-    table was loaded first, a different copy in the checkpoint wins (SPEC §1.9.6), with a warning."""
+    A toolkit checkpoint that records ``policy.name`` must match ``policy_name``, and the
+    ``policy.*`` architecture keys it records must match ``arch`` (the policy was built from
+    config, so a mismatch is named here rather than left to a wall of shape errors). When a
+    GloVe table was loaded first, a different copy in the checkpoint wins (SPEC §1.9.6), with a
+    warning."""
     ckpt = read_checkpoint(path)
     kind = checkpoint_kind(ckpt)
     if "state_dict" not in ckpt or not isinstance(ckpt["state_dict"], dict):
@@ -131,6 +136,11 @@ def load_checkpoint(policy: nn.Module, path: str | Path, policy_name: str | None
         saved = section.get("name") if isinstance(section, dict) else None
         if saved is not None and saved != policy_name:
             raise ValueError(f"{path}: the checkpoint holds a {saved!r} policy (config policy.name), not {policy_name!r}")
+        for key, want in (arch or {}).items():
+            have = section.get(key) if isinstance(section, dict) else None
+            if have is not None and str(have) != str(want):
+                raise ValueError(f"{path}: the checkpoint was trained with policy.{key}={have}, but the config says {want}; "
+                                 f"evaluate it with the config it was trained with, or set policy.{key}={have}")
     report = load_state(policy, ckpt["state_dict"], f"{path} ({kind} checkpoint)", strict=True)
     if glove is not None:
         table = policy.net.instruction_encoder.embedding_layer.weight

@@ -11,6 +11,7 @@ overrides with the action it actually executed.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from typing import Any, Sequence
@@ -22,6 +23,14 @@ from ivln_ce.config import PolicyName
 from ivln_ce.rollout.engine import StreamView
 
 LATENT = {PolicyName.cma, PolicyName.tour_cma, PolicyName.pool_cma, PolicyName.pool_end_cma}
+
+
+def tour_key(tour_id: str) -> int:
+    """A seed per tour id: the id itself when numeric, else 63 bits of its BLAKE2b digest
+    (distinct ids, anagrams included, must not share coin flips and samples)."""
+    if tour_id.isdigit():
+        return int(tour_id)
+    return int.from_bytes(hashlib.blake2b(tour_id.encode(), digest_size=8).digest(), "little") >> 1
 
 
 def make_mapper(cfg: DictConfig, device: str | torch.device = "cpu"):
@@ -118,9 +127,8 @@ class PolicyAgent:
         on which environment ran the tour or what ran beside it."""
         g = self._generators.get(stream)
         if g is None:
-            tour = stream.split(":", 1)[1]
-            key = int(tour) if tour.isdigit() else sum(map(ord, tour))
-            g = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + key)
+            key = tour_key(stream.split(":", 1)[1])
+            g = torch.Generator(device="cpu").manual_seed((self.seed * 1_000_003 + key) % (1 << 64))
             self._generators[stream] = g
         return g
 

@@ -28,7 +28,6 @@ profile's eval-mode collection). Each episode's ``order`` key places it canonica
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from ivln_ce.data.episodes import Episode as DataEpisode
 from ivln_ce.data.tours import Tour
 from ivln_ce.env.tour_env import TourItem
 from ivln_ce.rollout.engine import RolloutEngine, StreamView
+from ivln_ce.rollout.policy_agent import tour_key
 from ivln_ce.training.store import Episode, TrajectoryWriter
 
 
@@ -142,14 +142,6 @@ def _actions_step(row: int, actions: dict[str, int]) -> dict[str, np.ndarray]:
     return {k: np.int8(actions[k]) for k in ACTION_FIELDS}
 
 
-def _stream_key(tour_id: str) -> int:
-    """A seed per tour id: the id itself when numeric, else 63 bits of its BLAKE2b digest
-    (distinct ids must not share coin flips and samples)."""
-    if tour_id.isdigit():
-        return int(tour_id)
-    return int.from_bytes(hashlib.blake2b(tour_id.encode(), digest_size=8).digest(), "little") >> 1
-
-
 @dataclass
 class CollectStats:
     episodes: int = 0
@@ -189,7 +181,7 @@ class CollectDriver:
     def _rng(self, view: StreamView) -> np.random.Generator:
         g = self.rngs.get(view.stream_id)
         if g is None:
-            g = np.random.default_rng([self.seed, self.round, _stream_key(view.tour_id), 17])
+            g = np.random.default_rng([self.seed, self.round, tour_key(view.tour_id), 17])
             self.rngs[view.stream_id] = g
         return g
 

@@ -4,7 +4,7 @@ Layout of a store folder::
 
     STORE/store.json           format, field schema (written once)
     STORE/{shard}.data         episode blobs, appended
-    STORE/{shard}.index        one 32-byte entry per committed episode
+    STORE/{shard}.index        one 28-byte entry per committed episode
 
 Each collector (a rank, a process) appends to its own shard, so many collectors never share
 a file. An episode blob is a small JSON header (episode id, tour id, the number of steps,

@@ -104,3 +104,20 @@ def test_map_records_and_images(tiny_benchmark, tmp_path):
     assert len(images) == len(records) and all(p.stat().st_size > 1000 for p in images)
     with pytest.raises(ValueError, match="needs simulator.sensors"):
         evaluate(eval_cfg(tiny_benchmark, tmp_path / "x", "eval.agent=oracle", "mapping.save_images=true", "eval.tours=[0]"))
+
+
+def test_leaderboard_validity_names_each_analysis_only_setting():
+    from ivln_ce.evaluation.evaluator import leaderboard_validity
+
+    def check(*overrides, partial=False):
+        return leaderboard_validity(load_config(None, list(overrides)), partial)
+
+    policy = ["eval.agent=policy", "policy.name=map_cma", "mapping.semantics=rednet", "mapping.mode=iterative"]
+    assert check(*policy) == (True, [])
+    valid, reasons = check(*policy, "env.oracle_phases=false")  # a training recipe's setting, not the protocol's
+    assert not valid and len(reasons) == 1 and "env.oracle_phases=false" in reasons[0]
+    valid, reasons = check("eval.agent=random", "env.oracle_phases=false", partial=True)
+    assert not valid and len(reasons) == 3
+    assert any("random" in r for r in reasons) and any("eval.tours" in r for r in reasons)
+    assert check("eval.agent=policy", "policy.name=map_cma", "mapping.semantics=gt", "mapping.mode=known")[1] == [
+        "ground-truth semantics (mapping.semantics=gt)", "known maps (mapping.mode=known)"]

@@ -142,6 +142,26 @@ def test_errors_name_the_key_and_the_file(tmp_path):
     assert reports == []
 
 
+def test_a_checkpoint_trained_with_another_architecture_is_refused_with_the_key_named(tmp_path):
+    from ivln_ce.config import resolved
+
+    trained = cfg("policy.name=cma", "policy.depth_backbone=small", "policy.rgb_depth=18")
+    policy, _ = build_policy(trained.policy, VOCAB)
+    ck = save_checkpoint(tmp_path / "ckpt.0.pth", policy, resolved(trained))
+    with pytest.raises(ValueError, match=r"ckpt.0.pth: the checkpoint was trained with policy.rgb_depth=18, but the config says 50"):
+        build_policy(cfg("policy.name=cma", "policy.depth_backbone=small", f"policy.checkpoint={ck}").policy, VOCAB)
+    with pytest.raises(ValueError, match=r"policy.depth_backbone=small, but the config says resnet50"):
+        build_policy(cfg("policy.name=cma", "policy.rgb_depth=18", f"policy.checkpoint={ck}").policy, VOCAB)
+    again, reports = build_policy(cfg("policy.name=cma", "policy.depth_backbone=small", "policy.rgb_depth=18",
+                                      f"policy.checkpoint={ck}").policy, VOCAB)
+    assert len(reports) == 1 and all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), again.state_dict().values()))
+    # MAP-CMA has no RGB trunk: rgb_depth does not concern it
+    trained = cfg("policy.name=map_cma", "policy.depth_backbone=small", "policy.rgb_depth=18")
+    policy, _ = build_policy(trained.policy, VOCAB)
+    ck = save_checkpoint(tmp_path / "ckpt.1.pth", policy, resolved(trained))
+    build_policy(cfg("policy.name=map_cma", "policy.depth_backbone=small", f"policy.checkpoint={ck}").policy, VOCAB)
+
+
 def test_load_segmenter(tmp_path):
     assert load_segmenter(cfg().mapping) is None  # GT semantics
     model = RedNet(depth=18)

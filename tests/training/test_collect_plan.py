@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ivln_ce.data.episodes import Episode, Goal
-from ivln_ce.training.collect import _stream_key, chained_items, p6_applies, plan_round
+from ivln_ce.rollout.policy_agent import tour_key
+from ivln_ce.training.collect import chained_items, p6_applies, plan_round
 
 
 def _episodes(per_scan: dict[str, int]) -> list[Episode]:
@@ -43,8 +44,9 @@ def test_p6_applies_only_to_iterative_map_cma_dagger_fine_tuning_in_the_official
 
 
 def test_per_tour_seeds_are_distinct_for_distinct_ids():
-    ids = [f"ep{i}" for i in range(1, 20001)] + [f"chain{r}.{c}" for r in range(10) for c in range(4)]
-    keys = [_stream_key(t) for t in ids]
+    """One key function seeds DAgger collection and sampled evaluation (anagrams included)."""
+    ids = [f"ep{i}" for i in range(1, 20001)] + [f"chain{r}.{c}" for r in range(10) for c in range(4)] + ["tour_ab", "tour_ba"]
+    keys = [tour_key(t) for t in ids]
     assert len(set(keys)) == len(ids)  # the old character-code sum gave 463 seeds for ep1..ep10819
     assert all(0 <= k < 2**63 for k in keys)
-    assert _stream_key("42") == 42 and _stream_key("ep7") == _stream_key("ep7")
+    assert tour_key("42") == 42 and tour_key("ep7") == tour_key("ep7")
