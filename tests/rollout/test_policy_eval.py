@@ -234,3 +234,16 @@ def test_two_checkpoints_with_one_index_are_refused(tmp_path):
         (tmp_path / name).write_bytes(b"x")
     with pytest.raises(ValueError, match="two checkpoints with index 1"):
         checkpoint_files(tmp_path)
+
+
+def test_the_best_checkpoint_is_chosen_by_tndtw_then_spl_then_index():
+    from ivln_ce.evaluation.checkpoints import best_checkpoint
+
+    def row(i, tndtw, spl):
+        return {"checkpoint": i, "tndtw": tndtw, "spl": spl}
+
+    assert best_checkpoint([]) is None
+    assert best_checkpoint([row(0, 0.30, 0.9), row(1, 0.41, 0.1), row(2, 0.40, 0.5)])["checkpoint"] == 1
+    assert best_checkpoint([row(3, 0.40, 0.2), row(1, 0.40, 0.5), row(2, 0.40, 0.5)])["checkpoint"] == 1  # SPL, then index
+    assert best_checkpoint([row(0, float("nan"), 0.9), row(4, 0.01, None)])["checkpoint"] == 4  # a missing t-nDTW ranks last
+    assert best_checkpoint([row(5, None, None), row(2, None, 0.1)])["checkpoint"] == 2
