@@ -65,6 +65,7 @@ class EngineStats:
     ticks: int = 0
     env_steps: int = 0
     env_ms: float = 0.0  # summed over environment steps (worker side: render, navigation, measures)
+    render_ms: float = 0.0  # the rendering part of env_ms (as the simulator counts it)
     wait_ms: float = 0.0  # wall time the parent waited for workers
     decide_ms: float = 0.0  # wall time in decide (the policy side)
     wall_s: float = 0.0
@@ -85,6 +86,7 @@ class EngineStats:
             "steps_per_s": round(self.env_steps / self.wall_s, 2) if self.wall_s > 0 else None,
             "steady_steps_per_s": round(self.env_steps / (self.wall_s - self.start_s), 2) if self.wall_s > self.start_s else None,
             "ms_per_step": {"env (worker: render, navigation, measures)": round(self.env_ms / steps, 3),
+                            "of which render": round(self.render_ms / steps, 3),
                             **{f"{k} (in the worker)": round(v / steps, 3) for k, v in self.worker_ms.items()}},
         }
         if self.ticks:  # lockstep runs: the parent's side of every tick
@@ -209,6 +211,7 @@ class RolloutEngine:
                 _, result, st = msg
                 self.stats.env_steps += st["steps"]
                 self.stats.env_ms += st["env_ms"]
+                self.stats.render_ms += st["render_ms"]
                 for key, ms in st.get("timings", {}).items():  # a policy inside the worker
                     self.stats.worker_ms[key] = self.stats.worker_ms.get(key, 0.0) + ms
                 self.stats.tours += 1
@@ -276,6 +279,7 @@ class RolloutEngine:
                 payload = replies[v.worker]
                 self.stats.env_steps += 1
                 self.stats.env_ms += payload["env_ms"]
+                self.stats.render_ms += payload["render_ms"]
                 if payload.get("done"):
                     result: TourResult = payload["info"]["tour_result"]
                     self.stats.tours += 1

@@ -94,36 +94,41 @@ class _Runner:
         self.info: dict | None = None
         self.acc: TourAccumulator | None = None
 
-    def _payload(self, obs: dict, info: dict, env_ms: float) -> dict:
+    def _payload(self, obs: dict, info: dict, env_ms: float, render_ms: float) -> dict:
         small = {k: obs[k] for k in SMALL_KEYS if k in obs}
         images = {k: obs[k] for k in self.spec.obs_keys if k in obs}
-        return {"obs": {**small, **images}, "info": _strip(info), "env_ms": env_ms, "scan": self.env.episode.scan}
+        return {"obs": {**small, **images}, "info": _strip(info), "env_ms": env_ms, "render_ms": render_ms,
+                "scan": self.env.episode.scan}
+
+    def _render_ms(self) -> float:
+        """The simulator's summed rendering time (0 for a backend that does not count it)."""
+        return float(getattr(self.sim, "render_ms", 0.0))
 
     def reset(self, tour_index: int) -> dict:
         item = self.spec.items[tour_index]
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), self._render_ms()
         obs, info = self.env.reset(options={"tour": tour_index})
-        env_ms = 1e3 * (time.perf_counter() - t0)
+        env_ms, render_ms = 1e3 * (time.perf_counter() - t0), self._render_ms() - r0
         self.acc = TourAccumulator(tour_index, item.tour.tour_id, item.tour.scan, [e.episode_id for e in item.episodes])
         self.acc.add(info, after_step=False)
         if self.agent is not None:
             self.agent.reset_memory(True, True, info["tour_id"])
         self.obs, self.info = obs, info
-        return self._payload(obs, info, env_ms)
+        return self._payload(obs, info, env_ms, render_ms)
 
     def step(self, action: int | None) -> dict:
         if action is None:
             if self.agent is None:
                 raise ValueError("step(None) needs a scripted agent in the worker")
             action = self.agent.act(self.obs, self.info)
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), self._render_ms()
         obs, _, done, _, info = self.env.step(int(action))
-        env_ms = 1e3 * (time.perf_counter() - t0)
+        env_ms, render_ms = 1e3 * (time.perf_counter() - t0), self._render_ms() - r0
         if self.agent is not None:
             self.agent.reset_memory(False, bool(info.get("episode_start")), info["tour_id"])
         self.acc.add(info)
         self.obs, self.info = obs, info
-        payload = self._payload(obs, info, env_ms)
+        payload = self._payload(obs, info, env_ms, render_ms)
         payload["executed_action"] = int(action)
         if done:
             payload["info"]["tour_result"] = self.acc.finish(info["tour_path"])
@@ -132,16 +137,18 @@ class _Runner:
 
     def run_tour(self, tour_index: int) -> tuple[TourResult, dict]:
         self.reset(tour_index)
-        env_ms, steps = 0.0, 0
+        env_ms, render_ms, steps = 0.0, 0.0, 0
         before = dict(getattr(self.agent, "timings", {}))
         while True:
             payload = self.step(None)
             env_ms += payload["env_ms"]
+            render_ms += payload["render_ms"]
             steps += 1
             if payload.get("done"):
                 after = getattr(self.agent, "timings", {})
                 timings = {k: v - before.get(k, 0.0) for k, v in after.items()}
-                return payload["info"]["tour_result"], {"env_ms": env_ms, "steps": steps, "timings": timings}
+                return payload["info"]["tour_result"], {"env_ms": env_ms, "render_ms": render_ms, "steps": steps,
+                                                        "timings": timings}
 
     def close(self) -> None:
         self.sim.close()

@@ -8,6 +8,7 @@ and sliding are ``sim.navigation``; the expert/oracle is ``sim.follower``.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -46,6 +47,7 @@ class EmbeddedSimulator:
         self.nav: NavGrid | None = None
         self._state = AgentState(np.zeros(3), 0.0)
         self._class_lut: np.ndarray | None = None
+        self.render_ms = 0.0  # summed time in the rasteriser (the rollout's latency breakdown reads it)
         self.body = AgentBody(self.config.agent_radius, self.config.agent_height, self.config.max_climb)
 
     # ------------------------------------------------------------------ scenes
@@ -129,7 +131,9 @@ class EmbeddedSimulator:
         for name, cam in wanted.items():
             groups.setdefault(cam, []).append(name)
         for cam, names in groups.items():
+            t0 = time.perf_counter()
             out = self.renderer.render(eye, s.heading, cam, rgb="rgb" in names, depth="depth" in names, instance="semantic" in names)
+            self.render_ms += 1e3 * (time.perf_counter() - t0)
             if "rgb" in names:
                 obs.rgb = out.rgb
             if "depth" in names:

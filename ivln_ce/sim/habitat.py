@@ -19,6 +19,7 @@ import logging
 import math
 import operator
 import os
+import time
 from collections import OrderedDict
 from typing import Any, Sequence
 
@@ -110,6 +111,9 @@ class HabitatSimulator:
         self._navmesh_source = "none (no scene loaded)"
         self._class_lut = np.zeros(1, dtype=np.uint8)
         self._goal_paths: OrderedDict[tuple[float, float, float], Any] = OrderedDict()
+        #: summed time in habitat-sim's step and sensor calls (it renders inside them), for the
+        #: rollout's latency breakdown
+        self.render_ms = 0.0
 
     # ------------------------------------------------------------------ set-up
     def _make_config(self, scene: str):
@@ -253,7 +257,9 @@ class HabitatSimulator:
             return StepResult(self.get_observations(), False)
         if action not in _ACTION_KEYS:
             raise SimulatorError(f"unknown action {action!r}; expected 0-3 (STOP, MOVE_FORWARD, TURN_LEFT, TURN_RIGHT)")
+        t0 = time.perf_counter()
         raw = self.sim.step(_ACTION_KEYS[action])
+        self.render_ms += 1e3 * (time.perf_counter() - t0)
         # habitat_sim.Simulator.step adds the agent's collision flag to the observations it
         # returns; there is no Simulator.previous_step_collided (that is habitat-lab's wrapper)
         if "collided" not in raw:
@@ -261,7 +267,10 @@ class HabitatSimulator:
         return StepResult(self._observations(raw), bool(raw["collided"]))
 
     def get_observations(self) -> Observations:
-        return self._observations(self.sim.get_sensor_observations())
+        t0 = time.perf_counter()
+        raw = self.sim.get_sensor_observations()
+        self.render_ms += 1e3 * (time.perf_counter() - t0)
+        return self._observations(raw)
 
     def _observations(self, raw: dict) -> Observations:
         s = self.get_agent_state()

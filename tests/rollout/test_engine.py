@@ -112,3 +112,16 @@ def test_evaluation_stops_on_a_dead_worker_and_keeps_finished_tours(tiny_benchma
 
 def split_items(data):
     return load_split(setup(data)[0]).items
+
+
+def test_the_latency_breakdown_separates_rendering(tiny_benchmark):
+    """Render time is counted by the simulator and reported as part of the environment time,
+    whether the workers run tours on their own or step in lockstep; no sensor, no rendering."""
+    for sensors, renders in (("[depth]", True), ("[]", False)):
+        cfg, split = setup(tiny_benchmark, f"simulator.sensors={sensors}", "env.max_agent_steps=5", "env.oracle_step_limit=5")
+        for decide in (None, lambda views: [None] * len(views)):
+            with engine(cfg, split, num_envs=1) as eng:
+                run(eng, [0], decide)
+                step = eng.stats.as_dict()["ms_per_step"]
+            env, render = step["env (worker: render, navigation, measures)"], step["of which render"]
+            assert 0 < env and (0 < render <= env if renders else render == 0)
