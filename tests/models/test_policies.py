@@ -250,3 +250,31 @@ def test_rednet_segmenter_takes_any_frame_size():
     for h, w in ((48, 48), (64, 96), (50, 70)):
         out = seg(torch.randint(0, 255, (2, h, w, 3), dtype=torch.uint8), torch.rand(2, h, w, 1))
         assert out.shape == (2, h, w) and out.dtype == torch.uint8 and int(out.max()) <= 12
+
+
+def test_the_carried_state_is_each_episodes_true_last_step_unless_t2_is_reproduced():
+    """``forward_sequence(lengths=...)`` returns each column's state after its own last step,
+    equal to running that episode alone, unpadded; without ``lengths`` (T2, the official
+    padded-state carry) a short episode's state has also run through its padding."""
+    p = make("tourcma")
+    T, N = 5, 2
+    seq = [observations("tourcma", N, seed=t) for t in range(T)]
+    for t in range(1, T):
+        seq[t]["instruction"] = seq[0]["instruction"]
+    obs = {k: torch.stack([s[k] for s in seq]) for k in seq[0]}
+    prev = torch.randint(0, 4, (T, N), generator=torch.Generator().manual_seed(3))
+    prev[0] = -1
+    agent = torch.ones(T, N)
+    agent[0] = 0.0
+    tour = torch.ones(T, N)
+    tour[0] = 0.0
+    h0 = torch.rand(N, p.num_recurrent_layers, 512, generator=torch.Generator().manual_seed(4))
+    lengths = torch.tensor([3, 5])
+    with torch.no_grad():
+        _, _, h_true = p.forward_sequence(obs, prev, agent, tour, h0, lengths=lengths)
+        _, _, h_padded = p.forward_sequence(obs, prev, agent, tour, h0)
+        short = {k: (v[:, :1] if k == "instruction" else v[:3, :1]) for k, v in obs.items()}
+        _, _, h_alone = p.forward_sequence(short, prev[:3, :1], agent[:3, :1], tour[:3, :1], h0[:1])
+    assert torch.allclose(h_true[0], h_alone[0], atol=1e-6)
+    assert torch.equal(h_true[1], h_padded[1])  # the full-length column: both the same
+    assert not torch.allclose(h_true[0], h_padded[0], atol=1e-3)
