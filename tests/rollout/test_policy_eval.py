@@ -227,6 +227,39 @@ def test_a_checkpoint_folder_under_torchrun_equals_one_process(tiny_benchmark, t
         assert outputs(tmp_path / "one", str(i)) == outputs(tmp_path / "two", str(i))
 
 
+def test_polling_evaluates_checkpoints_written_while_it_waits(tiny_benchmark, tmp_path):
+    """``eval.poll=true``: a checkpoint that appears after the first one was evaluated is
+    evaluated too, in index order; the run ends once nothing new came for ``eval.poll_timeout``."""
+    import threading
+    import time
+
+    from ivln_ce.models.factory import build_policy, save_checkpoint
+
+    c = cfg(tiny_benchmark, tmp_path, *MAP)
+    folder, out = tmp_path / "ckpts", tmp_path / "ev"
+
+    for index, where in ((0, folder), (1, tmp_path / "staged")):
+        policy, _ = build_policy(c.policy, _vocab(tiny_benchmark), c.train, seed=index)
+        save_checkpoint(where / f"ckpt.{index}.pth", policy, {"policy": {"name": "map_cma"}})
+    table = out / "checkpoints_val_unseen.json"
+
+    def trainer():  # a training run writing its next epoch's checkpoint once the first is scored
+        deadline = time.monotonic() + 300
+        while not table.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / "staged" / "ckpt.1.pth").rename(folder / "ckpt.1.pth")
+
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    t0 = time.monotonic()
+    summary = evaluate(cfg(tiny_benchmark, out, *MAP, f"policy.checkpoint={folder}", "eval.tours=[0]", "env.max_agent_steps=4",
+                           "eval.poll=true", "eval.poll_interval=0.2", "eval.poll_timeout=5"), show_progress=False)
+    thread.join()
+    assert [r["checkpoint"] for r in summary["checkpoints"]] == [0, 1]
+    assert time.monotonic() - t0 >= 5
+    assert [r["checkpoint"] for r in json.loads(table.read_text())["checkpoints"]] == [0, 1]
+
+
 def test_two_checkpoints_with_one_index_are_refused(tmp_path):
     from ivln_ce.evaluation.checkpoints import checkpoint_files
 
