@@ -36,3 +36,16 @@ def from_rank0(value):
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def to_rank0(value) -> list | None:
+    """Every rank's ``value`` (plain data), in rank order, on rank 0; None on the other ranks.
+    ``[value]`` when no process group is running."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return [value]
+    rank = dist.get_rank()
+    box = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(value, box, dst=0)
+    return box

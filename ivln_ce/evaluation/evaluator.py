@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -526,9 +526,14 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     if mine:
         stats, workers = run_tours(cfg, split, mine, paths, fp, resolve_device(cfg), show_progress, policy_agent)
     if distributed:
+        from ivln_ce.evaluation.distributed import to_rank0
+
         barrier()
+        parts = to_rank0((asdict(stats), workers))
         if rank != 0:
             return None
+        stats = EngineStats.combined([EngineStats(**s) for s, _ in parts])
+        workers = [{**w, "rank": r} for r, (_, ws) in enumerate(parts) for w in ws]
     summary = gather(cfg, split, paths, fp, stats, workers, plan)
     return summary
 
@@ -705,7 +710,8 @@ def manifest(cfg: DictConfig, split: SplitData, fp: fpr.Fingerprint, valid: bool
                     "distances": {"NE/SR/OS/SPL d0": "geodesic (simulator)", "TL/nDTW/SDTW/CLS": "euclidean 3D",
                                   "t-nDTW": t.distance.value}},
         "seed": int(cfg.seed),
-        "worker_seeds": [int(cfg.seed) + i for i in range(len(workers))],
+        "worker_seeds": [int(w["seed"]) for w in workers],  # in rank order under torchrun
+        **({"worker_ranks": [int(w["rank"]) for w in workers]} if any("rank" in w for w in workers) else {}),
         "simulator": {"backend": cfg.simulator.backend.value, "navmesh": sorted({str(w.get("navmesh")) for w in workers})},
         "versions": {"ivln_ce": fp.version, **fpr.dependency_versions()},
         "data_files": {role: {"path": p, "sha256": files.get(role)} for role, p in split.files.items()} |

@@ -74,6 +74,21 @@ class EngineStats:
     extra: dict[str, float] = field(default_factory=dict)  # decide's own breakdown (ms, summed)
     worker_ms: dict[str, float] = field(default_factory=dict)  # a worker-side policy's breakdown (ms, summed)
 
+    @classmethod
+    def combined(cls, parts: Sequence["EngineStats"]) -> "EngineStats":
+        """The stats of engines that ran side by side (torchrun ranks): counts and summed times
+        add up, wall times overlap (the slowest counts), so per-step figures are averages over
+        every step of every part and steps/s is the parts' joint throughput."""
+        out = cls()
+        for p in parts:
+            for name in ("ticks", "env_steps", "env_ms", "render_ms", "wait_ms", "decide_ms", "tours"):
+                setattr(out, name, getattr(out, name) + getattr(p, name))
+            out.wall_s, out.start_s = max(out.wall_s, p.wall_s), max(out.start_s, p.start_s)
+            for mine, theirs in ((out.extra, p.extra), (out.worker_ms, p.worker_ms)):
+                for k, v in theirs.items():
+                    mine[k] = mine.get(k, 0.0) + v
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         steps = max(self.env_steps, 1)
         ticks = max(self.ticks, 1)

@@ -166,7 +166,7 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
             raise ValueError(f"worker expected 'init' first, got {cmd[0]!r}")
         spec.items, spec.references = cmd[1], cmd[2]
         runner = _Runner(spec)
-        conn.send(("ready", {"pid": os.getpid(), "torch_loaded": "torch" in sys.modules,
+        conn.send(("ready", {"pid": os.getpid(), "seed": spec.seed, "torch_loaded": "torch" in sys.modules,
                              "navmesh": getattr(runner.sim, "navmesh_source", None)}))
         while True:
             cmd = conn.recv()

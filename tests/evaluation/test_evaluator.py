@@ -87,6 +87,13 @@ def test_two_process_torch_distributed_equals_single_process(tiny_benchmark, tmp
     evaluate(eval_cfg(tiny_benchmark, single, "eval.agent=random"))
     mp.spawn(_rank, args=(2, str(tiny_benchmark), str(dist), _free_port()), nprocs=2, join=True)
     assert outputs(single, "random") == outputs(dist, "random")
+    # rank 0's stats and manifest cover every rank's environments, not only its own share
+    paths = {run: EvalPaths(run, "val_unseen", "random") for run in (single, dist)}
+    stats = {run: json.loads(p.output("iterative_stats").read_text())["latency"] for run, p in paths.items()}
+    assert stats[dist]["env_steps"] == stats[single]["env_steps"] > 0
+    assert stats[dist]["tours"] == stats[single]["tours"] == json.loads(paths[dist].output("iterative_stats").read_text())["num_tours"]
+    manifest = json.loads(paths[dist].output("manifest").read_text())
+    assert manifest["worker_ranks"] == [0, 1] and manifest["worker_seeds"] == [100, 100]  # seed 100, one environment a rank
 
 
 def test_map_records_and_images(tiny_benchmark, tmp_path):

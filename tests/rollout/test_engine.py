@@ -10,7 +10,7 @@ import pytest
 
 from ivln_ce.config import load_config
 from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, load_split
-from ivln_ce.rollout.engine import RolloutEngine
+from ivln_ce.rollout.engine import EngineStats, RolloutEngine
 from ivln_ce.rollout.worker import WorkerCrashed
 
 
@@ -125,3 +125,16 @@ def test_the_latency_breakdown_separates_rendering(tiny_benchmark):
                 step = eng.stats.as_dict()["ms_per_step"]
             env, render = step["env (worker: render, navigation, measures)"], step["of which render"]
             assert 0 < env and (0 < render <= env if renders else render == 0)
+
+
+def test_stats_of_side_by_side_engines_add_up_and_overlap_in_time():
+    a = EngineStats(ticks=10, env_steps=20, env_ms=40.0, render_ms=10.0, wait_ms=30.0, decide_ms=50.0, wall_s=2.0,
+                    start_s=0.5, tours=1, extra={"policy": 20.0})
+    b = EngineStats(ticks=30, env_steps=60, env_ms=200.0, render_ms=70.0, wait_ms=10.0, decide_ms=150.0, wall_s=4.0,
+                    start_s=1.0, tours=2, extra={"policy": 60.0, "map": 8.0})
+    d = EngineStats.combined([a, b]).as_dict()
+    assert (d["env_steps"], d["ticks"], d["tours"], d["wall_s"], d["start_s"]) == (80, 40, 3, 4.0, 1.0)
+    assert d["steps_per_s"] == 20.0 and d["steady_steps_per_s"] == round(80 / 3, 2)  # joint throughput
+    assert d["ms_per_step"]["env (worker: render, navigation, measures)"] == 3.0  # 240 ms over 80 steps
+    assert d["ms_per_step"]["of which render"] == 1.0
+    assert d["ms_per_tick"] == {"waiting for workers": 1.0, "decide": 5.0, "policy": 2.0, "map": 0.2}
