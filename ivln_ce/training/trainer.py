@@ -188,7 +188,11 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         raise
 
 
-def save_resume(out: Path, fingerprint: str, state: RunState, policy, opt) -> None:
+def save_resume(out: Path, fingerprint: str, state: RunState, policy, opt, writer=None) -> None:
+    """The resume point. TensorBoard events are flushed first: a run killed later redoes only
+    what comes after this point (the resumed writer purges from ``state.step + 1`` on)."""
+    if writer is not None:
+        writer.flush()
     atomic_torch_save({"fingerprint": fingerprint, "state": asdict(state), "policy": policy.state_dict(),
                        "optim": opt.state_dict(), "rng": {"torch": torch.get_rng_state()}}, out / RESUME_FILE)
 
@@ -309,7 +313,8 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     if rank == 0:
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(str(out / "tb"), purge_step=state.step if resumed else None)
+        # steps up to state.step were logged before the resume point (step n is the n-th update)
+        writer = SummaryWriter(str(out / "tb"), purge_step=state.step + 1 if resumed else None)
         (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
     warm = bool(cfg.policy.checkpoint)
     t_start = time.perf_counter()
@@ -339,12 +344,12 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
                 writer.add_scalar("train/steps_collected", state.steps_collected, state.step)
                 writer.add_scalar("train/collect_steps_per_s", stats.steps / max(stats.seconds, 1e-9), state.step)
             if rank == 0:
-                save_resume(out, fingerprint, state, policy, opt)
+                save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
         while not tc.store_observations and state.replay_rounds <= k:  # this round, or every round of a lost cache
             _replay(cfg, data, state.replay_rounds, warm, store_dir, replay_dir, policy, pipeline, state, rank, world, show_progress)
             if rank == 0:
-                save_resume(out, fingerprint, state, policy, opt)
+                save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
         store = TrajectoryStore(store_dir if tc.store_observations else replay_dir)
         order = canonical_order(store)
@@ -353,10 +358,10 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
                 from ivln_ce.training.tour_sequential import train_tour_epoch
 
                 stop = train_tour_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
-                                        lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank))
+                                        lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer))
             else:
                 stop = _train_episodic_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
-                                             lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank))
+                                             lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer))
             index = k * int(tc.epochs) + e
             if rank == 0:
                 path = save_checkpoint(out / f"ckpt.{index}.pth", policy, _plain_state_config(cfg), opt.state_dict(),
@@ -364,7 +369,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
                 state.checkpoints.append(path.name)
             state.epoch, state.batch, state.lane_states = e + 1, 0, None
             if rank == 0:
-                save_resume(out, fingerprint, state, policy, opt)
+                save_resume(out, fingerprint, state, policy, opt, writer)
                 _evaluate_checkpoint(cfg, out, index, writer)
             ddp.barrier()
             if stop:
@@ -372,7 +377,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         if not stop:
             state.round, state.collected, state.epoch = k + 1, False, 0
             if rank == 0:
-                save_resume(out, fingerprint, state, policy, opt)
+                save_resume(out, fingerprint, state, policy, opt, writer)
     state.done = True
     summary = {
         "policy": cfg.policy.name.value,
@@ -389,7 +394,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         "load_reports": [str(r) for r in reports],
     }
     if rank == 0:
-        save_resume(out, fingerprint, state, policy, opt)
+        save_resume(out, fingerprint, state, policy, opt, writer)
         summary["store_bytes"] = sum(p.stat().st_size for p in store_dir.glob("*") if p.is_file())
         if not tc.store_observations:
             summary["replay_bytes"] = sum(p.stat().st_size for p in replay_dir.glob("*") if p.is_file())
@@ -459,10 +464,10 @@ def _plain_state_config(cfg: DictConfig) -> dict:
     return resolved(cfg)
 
 
-def _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank) -> None:
+def _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer=None) -> None:
     every = int(cfg.train.resume_every)
     if every and state.step % every == 0 and rank == 0:
-        save_resume(out, fingerprint, state, policy, opt)
+        save_resume(out, fingerprint, state, policy, opt, writer)
 
 
 def _pipeline(cfg: DictConfig, policy, device: str):

@@ -153,6 +153,13 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path, store
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     summary = json.loads((killed / "train_summary.json").read_text())
     assert summary["resumed"] is True
+    # TensorBoard's view of the killed runs' event files and the last one's: one continuous step
+    # axis, every optimizer step once (each resume point flushed the events before it)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = EventAccumulator(str(killed / "tb"), size_guidance={"scalars": 0})
+    tb.Reload()
+    assert [e.step for e in tb.Scalars("train/loss")] == list(range(1, summary["optimizer_steps"] + 1))
 
 
 def _round_and_episode_ids(folder):
@@ -314,8 +321,8 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
     real_save = trainer.save_resume
     seen = []
 
-    def save_then_stop(out, fingerprint, state, policy, opt):
-        real_save(out, fingerprint, state, policy, opt)
+    def save_then_stop(out, fingerprint, state, policy, opt, writer=None):
+        real_save(out, fingerprint, state, policy, opt, writer)
         seen.append((state.batch, state.lane_states))
         if state.batch == 2:  # mid-epoch, after two batches: the lanes carry real states
             raise _Interrupted
@@ -331,6 +338,15 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
     a, _ = _final_weights(tmp_path / "full")
     b, _ = _final_weights(tmp_path / "cut")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # TensorBoard's view of the two event files (the interrupted run's, the resumed run's) has
+    # every optimizer step once: the steps before the resume point were flushed and kept
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for run, files in (("full", 1), ("cut", 2)):
+        tb = EventAccumulator(str(tmp_path / run / "tb"), size_guidance={"scalars": 0})
+        tb.Reload()
+        assert len(list((tmp_path / run / "tb").glob("events.out.tfevents.*"))) == files
+        assert [e.step for e in tb.Scalars("train/loss")] == list(range(1, full["optimizer_steps"] + 1)), run
 
 
 def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(tiny_benchmark, tmp_path, monkeypatch):
