@@ -83,6 +83,7 @@ class RunState:
     steps_collected: int = 0
     done: bool = False
     checkpoints: list[str] = field(default_factory=list)
+    pending_eval: int | None = None  # a checkpoint whose in-training evaluation has not finished (train.eval_splits)
 
 
 @dataclass
@@ -316,6 +317,9 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         # steps up to state.step were logged before the resume point (step n is the n-th update)
         writer = SummaryWriter(str(out / "tb"), purge_step=state.step + 1 if resumed else None)
         (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
+    if rank == 0 and state.pending_eval is not None:  # killed while evaluating a checkpoint: evaluate it now
+        _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer)
+    ddp.barrier()
     warm = bool(cfg.policy.checkpoint)
     t_start = time.perf_counter()
     pipeline = _pipeline(cfg, policy, device)
@@ -368,9 +372,10 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
                                        dagger_it=k, epoch=e, step_id=state.step)
                 state.checkpoints.append(path.name)
             state.epoch, state.batch, state.lane_states = e + 1, 0, None
+            state.pending_eval = index if cfg.train.eval_splits else None
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
-                _evaluate_checkpoint(cfg, out, index, writer)
+                _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
             if stop:
                 break
@@ -552,6 +557,17 @@ def _log_step(writer, losses: dict, step: int, world: int, global_episodes: int,
     if float(losses["valid"]) > 0:
         writer.add_scalar("train/action_accuracy", float(losses["correct"] / losses["valid"]), step)
     writer.add_scalar("train/steps_per_s", batches / max(elapsed, 1e-9), step)
+
+
+def _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer) -> None:
+    """Evaluate ``state.pending_eval`` (the resume point names it first, so a run killed during
+    the evaluation evaluates that checkpoint again when it resumes; the evaluator reuses the
+    tours it finished), then record that it is done."""
+    if state.pending_eval is None:
+        return
+    _evaluate_checkpoint(cfg, out, state.pending_eval, writer)
+    state.pending_eval = None
+    save_resume(out, fingerprint, state, policy, opt, writer)
 
 
 def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None:

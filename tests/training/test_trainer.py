@@ -377,6 +377,46 @@ def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(ti
     trainer._evaluate_checkpoint(cfg, out, 0, None)  # a second time: reuses the first evaluation's tours
 
 
+def test_a_run_killed_while_evaluating_a_checkpoint_evaluates_it_when_resumed(tiny_benchmark, tmp_path, monkeypatch):
+    """The resume point before an in-training evaluation names the checkpoint: a run stopped
+    during the evaluation evaluates it when it resumes, logs it, and ends with the weights of
+    an uninterrupted run (the evaluation runs at the same place in the random streams)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import ivln_ce.training.trainer as trainer
+
+    def args(out):
+        return latent(tiny_benchmark, out, "train.update_size=2", "train.epochs=2", f"train.out_dir={out}",
+                      "train.eval_splits=[val_unseen]", "env.max_agent_steps=5")
+
+    torch.set_num_threads(1)
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    train(load_config(None, args(full)), show_progress=False)
+    real = trainer._evaluate_checkpoint
+
+    def stop_in_evaluation(cfg, out, index, writer):
+        raise _Interrupted
+
+    monkeypatch.setattr(trainer, "_evaluate_checkpoint", stop_in_evaluation)
+    with pytest.raises(_Interrupted):
+        train(load_config(None, args(cut)), show_progress=False)
+    monkeypatch.setattr(trainer, "_evaluate_checkpoint", real)
+    assert read_checkpoint(cut / "resume.pt")["state"]["pending_eval"] == 0
+    assert not (cut / "eval" / "iterative_stats_ckpt_0_val_unseen.json").exists()
+    assert train(load_config(None, args(cut)), show_progress=False)["resumed"] is True
+    logged = {}
+    for run in (full, cut):
+        stats = [json.loads((run / "eval" / f"iterative_stats_ckpt_{i}_val_unseen.json").read_text())["tndtw"] for i in (0, 1)]
+        ev = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+        ev.Reload()
+        logged[run] = [(e.step, round(e.value, 6)) for e in ev.Scalars("eval_val_unseen_tndtw")]
+        assert logged[run] == [(1, round(stats[0], 6)), (2, round(stats[1], 6))]
+    assert logged[full] == logged[cut]
+    a, _ = _final_weights(full)
+    b, _ = _final_weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_training_fingerprint_counts_the_number_of_environments_only_under_t3_and_p6(tiny_benchmark):
     from ivln_ce.training.trainer import load_training_data, training_fingerprint
 
