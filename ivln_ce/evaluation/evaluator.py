@@ -528,8 +528,7 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     if distributed:
         from ivln_ce.evaluation.distributed import to_rank0
 
-        barrier()
-        parts = to_rank0((asdict(stats), workers))
+        parts = to_rank0((asdict(stats), workers))  # also waits for every rank's tour files
         if rank != 0:
             return None
         stats = EngineStats.combined([EngineStats(**s) for s, _ in parts])

@@ -317,7 +317,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         # steps up to state.step were logged before the resume point (step n is the n-th update)
         writer = SummaryWriter(str(out / "tb"), purge_step=state.step + 1 if resumed else None)
         (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
-    if rank == 0 and state.pending_eval is not None:  # killed while evaluating a checkpoint: evaluate it now
+    if rank == 0:  # a run killed while evaluating a checkpoint evaluates it now
         _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer)
     ddp.barrier()
     warm = bool(cfg.policy.checkpoint)
