@@ -186,6 +186,12 @@ class DepthBackbone(str, enum.Enum):
     small = "small"  # a small CNN with the same 128x4x4 output, for CPU work
 
 
+class EmbeddingTraining(str, enum.Enum):
+    auto = "auto"  # official: a learned table without GloVe, GloVe frozen
+    learn = "learn"  # train the table, GloVe too (the official fine_tune_embeddings)
+    freeze = "freeze"  # keep the table as loaded or initialised (a random table stays random)
+
+
 class PolicyName(str, enum.Enum):
     none = "none"  # no learned policy (scripted agents)
     cma = "cma"
@@ -214,6 +220,10 @@ class PolicyConfig:
     rgb_depth: int = 50
     #: GloVe table (``embeddings.json.gz``); empty = a learned table of the vocabulary's size
     embeddings: str = ""
+    #: whether the word-embedding table trains: auto (official) learns a random table and keeps
+    #: GloVe frozen; learn trains either; freeze keeps either as it is (toolkit results before
+    #: 2026-11-25 were trained with a frozen random table: docs/results/README.md)
+    embedding_training: EmbeddingTraining = EmbeddingTraining.auto
     #: T11: false keeps TourCMA's official behaviour (both GRUs persist over the tour, as in
     #: Table 3); true resets the second GRU every episode as the paper describes
     reset_state_gru_per_episode: bool = False

@@ -1,6 +1,7 @@
 """Encoders of the CMA family (SPEC §8.1, §8.6), in the official parameter layout.
 
-* ``InstructionEncoder``: frozen GloVe-50 embedding (or learned) + bidirectional LSTM(50, 128);
+* ``InstructionEncoder``: GloVe-50 embedding (frozen, as officially) or, without GloVe, a learned
+  table (as officially: ``nn.Embedding`` trained with the policy) + bidirectional LSTM(50, 128);
   output (N, 256, L_max) with padded positions zero; sequences packed by effective length.
 * ``DepthEncoder``: the DD-PPO GroupNorm ResNet-50 (``visual_encoder.backbone/compression``,
   always frozen unless ``trainable``) or a small CNN for CPU work; 128x4x4 features plus a
@@ -44,14 +45,17 @@ def load_glove(path: str | Path) -> torch.Tensor:
 
 
 class InstructionEncoder(nn.Module):
-    def __init__(self, vocab_size: int = 2504, embedding_size: int = 50, hidden_size: int = 128, embeddings: torch.Tensor | None = None, fine_tune: bool = False):
+    def __init__(self, vocab_size: int = 2504, embedding_size: int = 50, hidden_size: int = 128, embeddings: torch.Tensor | None = None,
+                 fine_tune: bool | None = None):
+        """``fine_tune``: whether the table trains; ``None`` (the official rule) learns a random
+        table and keeps a pretrained one frozen."""
         super().__init__()
         self.embedding_layer = nn.Embedding(vocab_size, embedding_size, padding_idx=0)
         if embeddings is not None:
             if tuple(embeddings.shape) != (vocab_size, embedding_size):
                 raise ValueError(f"embedding table {tuple(embeddings.shape)} does not match vocab {vocab_size} x {embedding_size}")
             self.embedding_layer.weight.data.copy_(embeddings)
-        self.embedding_layer.weight.requires_grad_(fine_tune)
+        self.embedding_layer.weight.requires_grad_(embeddings is None if fine_tune is None else bool(fine_tune))
         self.encoder_rnn = nn.LSTM(embedding_size, hidden_size, batch_first=True, bidirectional=True)
         self.output_size = 2 * hidden_size
 

@@ -215,6 +215,8 @@ def test_glove_file_loads(tmp_path):
     assert table.shape == (4, 50)
     enc = InstructionEncoder(vocab_size=4, embeddings=table)
     assert torch.equal(enc.embedding_layer.weight, table) and not enc.embedding_layer.weight.requires_grad
+    assert InstructionEncoder(vocab_size=4).embedding_layer.weight.requires_grad  # no GloVe: learned, as officially
+    assert InstructionEncoder(vocab_size=4, embeddings=table, fine_tune=True).embedding_layer.weight.requires_grad
     rows[2] = [0.0] * 50
     with gzip.open(path, "wt") as fh:
         json.dump(rows, fh)
@@ -278,3 +280,21 @@ def test_the_carried_state_is_each_episodes_true_last_step_unless_t2_is_reproduc
     assert torch.allclose(h_true[0], h_alone[0], atol=1e-6)
     assert torch.equal(h_true[1], h_padded[1])  # the full-length column: both the same
     assert not torch.allclose(h_true[0], h_padded[0], atol=1e-3)
+
+
+@pytest.mark.parametrize("glove, mode, trains", [(False, "auto", True), (True, "auto", False), (False, "freeze", False),
+                                                 (True, "learn", True), (False, "learn", True), (True, "freeze", False)])
+def test_policy_embedding_training_switch(tmp_path, glove, mode, trains):
+    """policy.embedding_training: auto learns a random table and keeps GloVe frozen (official);
+    learn / freeze force either. The trainer optimises exactly the parameters that require grad."""
+    from ivln_ce.config import load_config
+    from ivln_ce.models.factory import build_policy
+
+    rows = [[0.0] * 50] + [[float(i + j) / 100 for j in range(50)] for i in range(1, 6)]
+    path = tmp_path / "embeddings.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump(rows, fh)
+    over = ["policy.name=cma", "policy.depth_backbone=small", "policy.rgb_depth=18", f"policy.embedding_training={mode}"]
+    cfg = load_config(None, over + ([f"policy.embeddings={path}"] if glove else []))
+    policy, _ = build_policy(cfg.policy, 6, cfg.train)
+    assert policy.net.instruction_encoder.embedding_layer.weight.requires_grad is trains

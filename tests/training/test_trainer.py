@@ -77,6 +77,7 @@ def test_collection_does_not_depend_on_the_number_of_environments(tiny_benchmark
                                        "train.max_steps=1")), show_progress=False)
         runs.append(store_arrays(out))
     assert [e for e, _ in runs[0]] == [e for e, _ in runs[1]] and len(runs[0]) >= 4
+    _assert_the_word_table_learned(tmp_path / "k1")
     for (_, a), (_, b) in zip(*runs):
         assert a.keys() == b.keys()
         for k in a:
@@ -84,6 +85,20 @@ def test_collection_does_not_depend_on_the_number_of_environments(tiny_benchmark
                 assert np.allclose(a[k].astype(np.float32), b[k].astype(np.float32), rtol=2e-3, atol=2e-3), k
             else:  # labels, actions, progress, instruction: exactly the same
                 assert np.array_equal(a[k], b[k]), k
+
+
+def _assert_the_word_table_learned(out):
+    """Without GloVe the word-embedding table is a learned parameter (as officially): one
+    optimizer step moves the rows of the words seen, and the padding row stays zero."""
+    from ivln_ce.models.factory import build_policy
+
+    cfg = load_config(None, latent("x", out))
+    saved = read_checkpoint(out / "ckpt.0.pth")["state_dict"]["net.instruction_encoder.embedding_layer.weight"]
+    vocab = saved.shape[0]
+    initial = build_policy(cfg.policy, vocab, cfg.train, seed=int(cfg.seed))[0].net.instruction_encoder.embedding_layer.weight
+    moved = (saved != initial.detach()).any(dim=1)
+    assert moved.sum() >= 3, "the word embeddings did not train"
+    assert not moved[0] and torch.all(saved[0] == 0)
 
 
 TRAIN_SCRIPT = textwrap.dedent("""
