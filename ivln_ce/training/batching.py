@@ -10,7 +10,9 @@ Two batch orders over a store's N episodes, both deterministic in (seed, round, 
 * ``bucketed_batches`` (fixed): one shuffled stream; within each buffer the episodes are sorted
   by true length (random tie-breaks), cut into batches, the batches shuffled; nothing dropped.
 
-``collate`` pads a list of stored episodes to the longest one, time-major: observations are
+``collate`` pads a list of stored episodes to the longest one (or to ``pad_to``: under data
+parallelism a rank pads its slice to the global batch's longest episode, because padded steps
+enter MAP-CMA's BatchNorm statistics, the T1 loss and the T2 carried state), time-major: observations are
 padded with 1.0 (the official fill, which the T1 progress loss then sees), actions and
 weights with 0; the masks are 1 except at t = 0, so every episode starts from a zero state.
 """
@@ -100,8 +102,8 @@ class Batch:
 OBSERVATION_FIELDS = ("depth_features", "rgb_features", "occupancy_map", "semantic_map")
 
 
-def collate(episodes: Sequence[Episode], inflection: float = 3.2) -> Batch:
-    T = max(e.length for e in episodes)
+def collate(episodes: Sequence[Episode], inflection: float = 3.2, pad_to: int | None = None) -> Batch:
+    T = max(max(e.length for e in episodes), int(pad_to or 0))
     B = len(episodes)
     obs: dict[str, torch.Tensor] = {}
     for name in OBSERVATION_FIELDS:

@@ -53,6 +53,15 @@ def gather_cat(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def sum_over_ranks(t: torch.Tensor) -> torch.Tensor:
+    """The sum of ``t`` over ranks (a copy; ``t`` itself on one rank). Not differentiable."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t
+    out = t.detach().clone()
+    dist.all_reduce(out)
+    return out
+
+
 def allreduce_gradients(params) -> None:
     """Average the gradients of ``params`` across ranks (no-op on one rank)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:

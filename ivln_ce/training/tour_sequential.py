@@ -31,6 +31,8 @@ from tqdm import tqdm
 
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import collate
+from ivln_ce.training.errors import TrainError
+from ivln_ce.training.step_log import log_step, step_scalars
 from ivln_ce.training.store import TrajectoryStore
 
 #: a lane entry: (store index, first episode of its tour)
@@ -98,14 +100,10 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
     With mid-epoch resume points (``train.resume_every``) every lane's carried state goes into
     ``state.lane_states`` after each batch (gathered from all ranks), so a run resumed
     mid-epoch carries on from the states it had, as an uninterrupted run does."""
-    from ivln_ce.training.trainer import _log_step
-
     tc = cfg.train
     tours = tours_of(store, order)
     batches = lane_batches(tours, int(tc.batch_size), int(cfg.seed), k, e, bool(tc.official_lanes), bool(tc.shuffle_within_tour))
     if not batches and tours:
-        from ivln_ce.training.trainer import TrainError
-
         raise TrainError(f"tour-sequential epoch with no batch: {len(tours)} tour(s) packed into train.batch_size={tc.batch_size} lanes "
                          f"leave a lane with fewer than 2 episodes, and the official sampler (train.official_lanes=true) drops "
                          f"the last full batch; use a smaller train.batch_size, more tours, or train.official_lanes=false")
@@ -121,7 +119,7 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
     policy.train()
     bar = tqdm(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs} (tours)", unit="batch",
                file=sys.stderr, disable=(not show_progress or rank != 0) or None)
-    t0 = time.perf_counter()
+    t0, first = time.perf_counter(), state.batch
     for j in range(state.batch, len(batches)):
         entries = batches[j]
         present = [lane for lane in my_lanes if entries[lane] is not None]
@@ -129,7 +127,10 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
         episodes = [store[entries[lane][0]] for lane in present]
         opt.zero_grad(set_to_none=True)
         if episodes:
-            batch = collate(episodes, float(tc.inflection_weight)).to(device)
+            # padded to the global batch's longest episode: under T2 the carried state is the one
+            # after the padded steps, so every rank pads as one process does
+            pad_to = max(store.steps(x[0]) for x in global_present)
+            batch = collate(episodes, float(tc.inflection_weight), pad_to=pad_to).to(device)
             tour_masks = batch.masks.clone()
             tour_masks[0] = torch.tensor([0.0 if entries[lane][1] else 1.0 for lane in present], device=device)
             h0 = torch.stack([carried[lane] for lane in present])
@@ -158,8 +159,9 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
         opt.step()
         state.step += 1
         state.batch = j + 1
-        if writer is not None and losses is not None:
-            _log_step(writer, losses, state.step, world, len(global_present), time.perf_counter() - t0, j + 1)
+        scalars = step_scalars(losses, world, float(tc.progress_weight) > 0, device)  # a collective: every rank
+        if writer is not None:
+            log_step(writer, scalars, state.step, time.perf_counter() - t0, j + 1 - first)
         if keep_states:
             state.lane_states = ddp.gather_cat(torch.stack([carried[lane] for lane in my_lanes])).cpu()
         bar.update()

@@ -30,6 +30,7 @@ process computes with the same global batch.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -55,17 +56,16 @@ from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
 from ivln_ce.training.collect import (beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round,
                                       replay_round)
+from ivln_ce.training.errors import TrainError
+from ivln_ce.training.step_log import log_step, step_scalars
 from ivln_ce.training.store import StoreError, TrajectoryStore, TrajectoryWriter
+from ivln_ce.training.tour_sequential import train_tour_epoch
 
 log = logging.getLogger(__name__)
 
 RESUME_FILE = "resume.pt"
 COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits",
                        "train.device")
-
-
-class TrainError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -227,7 +227,9 @@ def batch_losses(policy, batch: Batch, progress_weight: float, global_episodes: 
     action = per_episode.sum() * world / global_episodes
     out = {"action_loss": action}
     if progress_weight > 0:
-        if getattr(policy, "pm_broadcast_bug", False):
+        if getattr(policy, "pm_broadcast_bug", False) and world > 1:
+            pm = _t1_slice_loss(progress, batch, global_valid, world)
+        elif getattr(policy, "pm_broadcast_bug", False):
             pm = policy.progress_loss(progress.flatten(), batch.progress.flatten(), batch.valid.flatten())
         else:
             v = batch.valid
@@ -243,18 +245,50 @@ def batch_losses(policy, batch: Batch, progress_weight: float, global_episodes: 
     return out
 
 
+def _t1_slice_loss(pred: torch.Tensor, batch: Batch, global_valid: int, world: int) -> torch.Tensor:
+    """Defect T1 of the global batch from one rank's slice. T1 is the mean over valid
+    predictions j and all targets i (padding included) of (p_j - t_i)^2, which expands to the
+    mean over j of p_j^2 - 2 p_j m1 + m2 with m1, m2 the first two moments of every target of
+    the global batch: those are summed across ranks (slices padded to the global length, so
+    the targets are the single process's), and the slice's terms scaled like the other losses."""
+    t = batch.progress.detach().double()
+    sums = ddp.allreduce_sum(torch.stack([t.sum(), (t * t).sum(), torch.tensor(float(t.numel()), dtype=t.dtype, device=t.device)]))
+    m1, m2 = (sums[0] / sums[2]).to(pred.dtype), (sums[1] / sums[2]).to(pred.dtype)
+    p = pred[batch.valid]
+    return (p * p - 2 * p * m1 + m2).sum() * world / max(global_valid, 1)
+
+
 # --------------------------------------------------------------------------- the run
 
 
 class _StoreDataset(torch.utils.data.Dataset):
+    """Store episodes by (position in ``order``, the length to pad to)."""
+
     def __init__(self, store: TrajectoryStore, order: list[int]):
         self.store, self.order = store, order
 
     def __len__(self):
         return len(self.order)
 
-    def __getitem__(self, i):
-        return self.store[self.order[i]]
+    def __getitem__(self, key: tuple[int, int]):
+        pos, pad_to = key
+        return self.store[self.order[pos]], pad_to
+
+
+def rank_batches(batches: list[list[int]], lengths: list[int], rank: int, world: int) -> list[list[tuple[int, int]]]:
+    """This rank's slice of every global batch (positions into the canonical order), each
+    position paired with the global batch's longest episode: every rank pads its slice to that
+    length, so padded steps are those of one process (MAP-CMA's BatchNorm counts them)."""
+    out = []
+    for b in batches:
+        pad_to = max(lengths[i] for i in b)
+        out.append([(i, pad_to) for i in _slice(b, rank, world)])
+    return out
+
+
+def collate_padded(items: list[tuple[Any, int]], inflection: float) -> Batch:
+    """The loader's collate: episodes from ``_StoreDataset``, padded to their global length."""
+    return collate([e for e, _ in items], inflection, pad_to=items[0][1])
 
 
 def canonical_order(store: TrajectoryStore) -> list[int]:
@@ -359,8 +393,6 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
         order = canonical_order(store)
         for e in range(state.epoch, int(tc.epochs)):
             if tc.trainer == TrainerKind.tour_sequential:
-                from ivln_ce.training.tour_sequential import train_tour_epoch
-
                 stop = train_tour_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
                                         lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer))
             else:
@@ -507,14 +539,14 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
         batches = [b for b in batches if len(b) >= world]
     device = next(policy.parameters()).device
     dataset = _StoreDataset(store, order)
-    mine = [_slice(b, rank, world) for b in batches]
+    mine = rank_batches(batches, [store.steps(i) for i in order], rank, world)
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=mine[state.batch:], num_workers=int(tc.loader_workers),
-        collate_fn=lambda eps: collate(eps, float(tc.inflection_weight)), persistent_workers=False)
+        collate_fn=functools.partial(collate_padded, inflection=float(tc.inflection_weight)), persistent_workers=False)
     policy.train()
     bar = tqdm(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs}", unit="batch", file=sys.stderr,
                disable=(not show_progress or rank != 0) or None)
-    t0 = time.perf_counter()
+    t0, first = time.perf_counter(), state.batch
     for j, batch in enumerate(loader, start=state.batch):
         batch = batch.to(device)
         glob = batches[j]
@@ -526,8 +558,9 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
         opt.step()
         state.step += 1
         state.batch = j + 1
+        scalars = step_scalars(losses, world, float(tc.progress_weight) > 0, device)  # a collective: every rank
         if writer is not None:
-            _log_step(writer, losses, state.step, world, len(glob), time.perf_counter() - t0, j + 1 - 0)
+            log_step(writer, scalars, state.step, time.perf_counter() - t0, j + 1 - first)
         bar.update()
         resume_point()
         if tc.max_steps and state.step >= int(tc.max_steps):
@@ -545,18 +578,6 @@ def _slice(batch: list[int], rank: int, world: int) -> list[int]:
     n, extra = divmod(len(batch), world)
     start = rank * n + min(rank, extra)
     return batch[start:start + n + (1 if rank < extra else 0)]
-
-
-def _log_step(writer, losses: dict, step: int, world: int, global_episodes: int, elapsed: float, batches: int) -> None:
-    """Scalars on the global step axis (rank 0 logs its slice's values, scaled to global means)."""
-    scale = 1.0 / world
-    writer.add_scalar("train/loss", float(losses["loss"].detach()) * scale, step)
-    writer.add_scalar("train/action_loss", float(losses["action_loss"].detach()) * scale, step)
-    if "progress_loss" in losses:
-        writer.add_scalar("train/progress_loss", float(losses["progress_loss"].detach()) * scale, step)
-    if float(losses["valid"]) > 0:
-        writer.add_scalar("train/action_accuracy", float(losses["correct"] / losses["valid"]), step)
-    writer.add_scalar("train/steps_per_s", batches / max(elapsed, 1e-9), step)
 
 
 def _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer) -> None:
