@@ -628,6 +628,18 @@ def _one_of(*allowed):
     return lambda v: v in allowed
 
 
+#: The evaluation protocol (SPEC §3.8, §10.1): the runner keys every evaluation of a checkpoint
+#: uses whatever the training recipe collected with (latent recipes collect without oracle
+#: phases, iterative-maps DAgger without an oracle step limit). In-training evaluation
+#: (``train.eval_splits``) sets them over the recipe's values.
+EVALUATION_PROTOCOL: dict[str, Any] = {
+    "env.oracle_phases": True,
+    "env.oracle_goal_phase": True,
+    "env.oracle_step_limit": 1000,
+    "eval.deterministic": True,
+}
+
+
 #: key -> (check, what is expected). Every numeric key that a wrong value would turn into a
 #: crash after the whole run, a silent nonsense score, or a huge allocation is listed here.
 VALUE_RULES: dict[str, tuple[Any, str]] = {

@@ -41,7 +41,8 @@ def checkpoint_files(folder: str | Path) -> list[tuple[int, Path]]:
     return sorted(out.items())
 
 
-def _with(cfg: DictConfig, **values: Any) -> DictConfig:
+def with_values(cfg: DictConfig, **values: Any) -> DictConfig:
+    """A read-only copy of ``cfg`` with dotted keys set (``policy.checkpoint=...``)."""
     new = OmegaConf.to_container(cfg, resolve=False)
     for dotted, value in values.items():
         node = new
@@ -104,7 +105,7 @@ def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_s
             listing = [(i, str(p)) for i, p in checkpoint_files(folder) if i not in done] if is_main else None
             new = [(i, Path(p)) for i, p in from_rank0(listing)]
             for i, path in new:
-                sub = _with(cfg, **{"policy.checkpoint": str(path), "eval.label": str(i)})
+                sub = with_values(cfg, **{"policy.checkpoint": str(path), "eval.label": str(i)})
                 if is_main:
                     print(f"ivln-ce eval: checkpoint {path.name}", file=sys.stderr)
                 summary = evaluate(sub, rank=rank, world_size=world_size, show_progress=show_progress)

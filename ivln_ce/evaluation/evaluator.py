@@ -21,6 +21,7 @@ how many tours it reused and recomputed. The outputs, in the official names (SPE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -43,6 +44,7 @@ from ivln_ce.data.targets import PathFileWriter, TourPath, iter_target_paths, ta
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem, contained_scene_path, simulator_distance
 from ivln_ce import fingerprint as fpr
+from ivln_ce import run_folder
 from ivln_ce.evaluation.recorders import FrameRecorder, MapRecorder, safe_name
 from ivln_ce.metrics.tour import score_split
 from ivln_ce.rollout.engine import EngineStats, RolloutEngine
@@ -494,6 +496,13 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     check_eval_config(cfg)
     if rank is None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # rank 0 (or the only process) holds results_dir for the run: two runs would mix their files
+    held = run_folder.hold(Path(cfg.results_dir), "evaluation") if not rank else contextlib.nullcontext()
+    with held:
+        return _evaluate(cfg, rank, world_size, show_progress, policy_agent)
+
+
+def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_progress: bool, policy_agent) -> dict[str, Any] | None:
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 

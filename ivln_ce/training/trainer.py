@@ -30,6 +30,7 @@ process computes with the same global batch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -44,10 +45,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from ivln_ce import fingerprint as fpr
+from ivln_ce import run_folder
 from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.tours import evaluation_order, load_tours
@@ -132,6 +134,8 @@ def check_train_config(cfg: DictConfig) -> None:
     tc = cfg.train
     if cfg.policy.name == PolicyName.none:
         raise ConfigError("ivln-ce train needs policy.name (cma, tour_cma, pool_cma, pool_end_cma or map_cma)")
+    if not str(tc.out_dir).strip():
+        raise ConfigError("train.out_dir is empty: name the folder the run writes to (a new or empty one, or the run's own to resume)")
     if tc.trainer == TrainerKind.tour_sequential:
         if not tc.use_tours:
             raise ConfigError("train.trainer=tour_sequential needs train.use_tours=true")
@@ -299,8 +303,57 @@ def canonical_order(store: TrajectoryStore) -> list[int]:
 
 
 def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
-    """Run (or resume) the training of ``cfg``; returns the summary (also on every rank)."""
+    """Run (or resume) the training of ``cfg``; returns the summary (also on every rank).
+
+    Rank 0 holds ``train.out_dir`` for the whole run (``run_folder.hold``): a second run on
+    the same folder is refused with the holder named."""
     check_train_config(cfg)
+    cfg = warm_start_file(cfg)
+    held = run_folder.hold(Path(cfg.train.out_dir), "training run") if ddp.world()[0] == 0 else contextlib.nullcontext()
+    with held:
+        return _train(cfg, show_progress)
+
+
+def warm_start_file(cfg: DictConfig) -> DictConfig:
+    """``policy.checkpoint`` as a file: a folder of ``ckpt.{i}.pth`` warm-starts from its last
+    checkpoint (said in the log), an empty one is refused (a warm start from random weights
+    would still count as warm in the beta schedule)."""
+    path = Path(cfg.policy.checkpoint) if cfg.policy.checkpoint else None
+    if path is None or not path.is_dir():
+        return cfg
+    from ivln_ce.evaluation.checkpoints import checkpoint_files, with_values
+
+    files = checkpoint_files(path)
+    if not files:
+        raise ConfigError(f"policy.checkpoint: {path} is a folder without any ckpt.{{i}}.pth file; name the checkpoint "
+                          f"file to warm-start from, or leave the key empty to train from random weights")
+    index, last = files[-1]
+    log.warning("policy.checkpoint: %s is a folder; warm-starting from its last checkpoint, %s", path, last.name)
+    return with_values(cfg, **{"policy.checkpoint": str(last)})
+
+
+def _claim_folder(out: Path, fingerprint: str) -> bool:
+    """Make sure ``out`` is this run's folder before anything in it is changed; True when an
+    earlier start of the same run left it (its ``store/`` and ``replay/`` are then this run's
+    to reuse or delete). A non-empty folder that no training run made, or one that another run
+    (other inputs) made, is refused: train never deletes what it cannot prove it created."""
+    marker = run_folder.read_marker(out)
+    if marker is not None:
+        if marker["fingerprint"] != fingerprint:
+            raise TrainError(f"{out} holds a training run started with other inputs (config, data or code differ; "
+                             f"{run_folder.RUN_MARKER}); resume it with the same inputs, or train into another train.out_dir")
+        return True
+    if (out / RESUME_FILE).exists():  # a run folder from before the marker: load_resume checks its fingerprint
+        return True
+    foreign = run_folder.foreign_entries(out, (run_folder.LOCK_FILE,))
+    if foreign:
+        raise TrainError(f"{out}: train.out_dir is not empty ({', '.join(foreign)}) and holds no ivln-ce training run "
+                         f"({run_folder.RUN_MARKER} missing); train into a new or empty folder")
+    run_folder.write_marker(out, fingerprint)
+    return False
+
+
+def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     tc = cfg.train
     out = Path(tc.out_dir)
     device = tc.device
@@ -322,7 +375,12 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(tc.lr))
     out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        _claim_folder(out, fingerprint)
+    ddp.barrier()
     state = load_resume(out, fingerprint, policy, opt) if (out / RESUME_FILE).exists() else None
+    if state is not None and rank == 0 and run_folder.read_marker(out) is None:
+        run_folder.write_marker(out, fingerprint)  # a run folder from before the marker, proved by its resume state
     resumed = state is not None
     state = state or RunState()
     store_dir = out / "store"
@@ -340,7 +398,7 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
             elif replay_dir.exists():
                 TrajectoryStore(replay_dir).truncate(state.replayed)
     elif rank == 0:
-        for folder in (store_dir, replay_dir):  # a store without a resume file belongs to no recoverable run
+        for folder in (store_dir, replay_dir):  # this run's own (the marker proves it) from a start killed before its first resume point
             if folder.exists():
                 shutil.rmtree(folder)
     ddp.barrier()
@@ -594,19 +652,25 @@ def _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer) -> Non
 def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None:
     """Evaluate a new checkpoint on ``train.eval_splits`` and log ``eval_{split}_{metric}``.
 
-    Rank 0 evaluates alone (the other ranks wait at the next barrier), with oracle phases on
-    whatever the training recipe collects with: the evaluation protocol of SPEC §10.1."""
+    Rank 0 evaluates alone (the other ranks wait at the next barrier), by the evaluation
+    protocol (``config.EVALUATION_PROTOCOL``: oracle phases, the oracle step limit, argmax
+    actions) whatever the training recipe collects with; the stats file's config records it."""
     if not cfg.train.eval_splits:
         return
-    from ivln_ce.config import load_config
+    from ivln_ce.config import EVALUATION_PROTOCOL, load_config
     from ivln_ce.evaluation.evaluator import evaluate
 
+    protocol = [f"{key}={json.dumps(value)}" for key, value in EVALUATION_PROTOCOL.items()]
+    changed = {key: OmegaConf.select(cfg, key) for key, value in EVALUATION_PROTOCOL.items() if OmegaConf.select(cfg, key) != value}
+    if changed:
+        log.info("in-training evaluation by the evaluation protocol: %s (the recipe has %s)",
+                 ", ".join(protocol), ", ".join(f"{k}={v}" for k, v in changed.items()))
     for split in cfg.train.eval_splits:
         ecfg = load_config(None, _overrides(resolved(cfg)) + [f"eval.split={split}", "eval.agent=policy",
                                                                f"policy.checkpoint={out / f'ckpt.{index}.pth'}",
                                                                f"results_dir={out / 'eval'}", f"eval.num_envs={cfg.train.num_envs}",
                                                                f"eval.device={cfg.train.device}", "eval.tours=[]", "eval.label=''",
-                                                               "env.oracle_phases=true"])
+                                                               *protocol])
         summary = evaluate(ecfg, rank=0, world_size=1, show_progress=False)
         if writer is not None and summary is not None:
             for metric in ("tndtw", "success", "spl", "ndtw", "oracle_success", "distance_to_goal", "path_length"):

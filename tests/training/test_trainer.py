@@ -399,8 +399,9 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
 
 
 def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(tiny_benchmark, tmp_path, monkeypatch):
-    """``train.eval_splits``: each new checkpoint is evaluated with oracle phases on (the
-    recipe collects with them off) and logged on the epoch axis; under torchrun's environment
+    """``train.eval_splits``: each new checkpoint is evaluated by the evaluation protocol, with
+    oracle phases on and the oracle step limit of 1000 (the recipe collects with phases off and
+    unlimited oracle walks) and logged on the epoch axis; under torchrun's environment
     rank 0 evaluates alone instead of waiting for ranks that never join its evaluation."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -408,12 +409,14 @@ def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(ti
 
     out = tmp_path / "t"
     cfg = load_config(None, latent(tiny_benchmark, out, "train.update_size=2", f"train.out_dir={out}",
-                                   "train.eval_splits=[val_unseen]", "env.max_agent_steps=5"))
+                                   "train.eval_splits=[val_unseen]", "env.max_agent_steps=5", "env.oracle_step_limit=-1"))
     torch.set_num_threads(1)
     train(cfg, show_progress=False)
     stats = json.loads((out / "eval" / "iterative_stats_ckpt_0_val_unseen.json").read_text())
     tours = json.loads((tiny_benchmark / "tours.json").read_text())["val_unseen"]
     assert stats["config"]["env"]["oracle_phases"] is True and stats["label"] == "0"
+    assert stats["config"]["env"]["oracle_step_limit"] == 1000  # the protocol's, not the recipe's unlimited walks
+    assert stats["config"]["eval"]["deterministic"] is True
     assert stats["num_tours"] == sum(len(t) for t in tours.values()) == 6
     ev = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0})
     ev.Reload()

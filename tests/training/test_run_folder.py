@@ -1,0 +1,98 @@
+"""Training and evaluation output folders: one run at a time (a lock naming its holder, gone
+when the holder dies), no deletion of anything a run cannot prove it created, and a warm start
+from a checkpoint folder that says which checkpoint it took."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="training needs torch")
+
+from ivln_ce.config import ConfigError, load_config  # noqa: E402
+from ivln_ce.run_folder import RUN_MARKER, FolderBusy, hold  # noqa: E402
+from ivln_ce.training.errors import TrainError  # noqa: E402
+from ivln_ce.training.trainer import train  # noqa: E402
+
+from tests.training.test_trainer import latent  # noqa: E402
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from ivln_ce.run_folder import hold
+    with hold(sys.argv[1], "test"):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+def _one_step(data, out, *extra):
+    return load_config(None, latent(data, out, "train.update_size=2", "train.max_steps=1", *extra))
+
+
+def test_a_held_folder_refuses_a_second_run_until_its_holder_dies(tiny_benchmark, tmp_path):
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderBusy, match=rf"{out}: in use by another run \(pid {holder.pid} on "):
+            train(_one_step(tiny_benchmark, out), show_progress=False)
+        assert not (out / "store").exists() and not (out / RUN_MARKER).exists()  # refused before touching anything
+        from ivln_ce.evaluation.evaluator import evaluate
+
+        ecfg = load_config(None, [f"data.root={tiny_benchmark}", f"results_dir={out}", "eval.agent=random", "eval.tours=[0]"])
+        with pytest.raises(FolderBusy, match=f"pid {holder.pid}"):
+            evaluate(ecfg, show_progress=False)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # a killed holder leaves no stale lock
+    summary = train(_one_step(tiny_benchmark, out), show_progress=False)
+    assert summary["optimizer_steps"] == 1
+
+
+def test_nested_holds_in_one_process_share_the_lock(tmp_path):
+    with hold(tmp_path, "outer"):
+        with hold(tmp_path, "inner"):
+            pass
+        probe = subprocess.run([sys.executable, "-c", HOLDER, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert probe.returncode != 0 and "in use by another run" in probe.stderr  # still held after the inner one ended
+
+
+def test_train_refuses_folders_it_did_not_create_and_deletes_nothing(tiny_benchmark, tmp_path):
+    foreign = tmp_path / "mine"
+    (foreign / "store").mkdir(parents=True)
+    (foreign / "store" / "precious.bin").write_bytes(b"x" * 10)
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(TrainError, match=r"not empty \(notes.txt, store\) and holds no ivln-ce training run"):
+        train(_one_step(tiny_benchmark, foreign), show_progress=False)
+    assert (foreign / "store" / "precious.bin").read_bytes() == b"x" * 10 and (foreign / "notes.txt").exists()
+    with pytest.raises(ConfigError, match="train.out_dir is empty"):
+        train(load_config(None, latent(tiny_benchmark, tmp_path / "r", "train.out_dir=")), show_progress=False)
+    # another run's folder (other inputs): refused even without a resume state, its store kept
+    other = tmp_path / "other"
+    train(_one_step(tiny_benchmark, other), show_progress=False)
+    (other / "resume.pt").unlink()
+    with pytest.raises(TrainError, match="started with other inputs"):
+        train(_one_step(tiny_benchmark, other, "train.lr=1e-3"), show_progress=False)
+    assert (other / "store").is_dir()
+
+
+def test_a_checkpoint_folder_warm_starts_from_its_last_checkpoint(tiny_benchmark, tmp_path, caplog):
+    first = tmp_path / "first"
+    train(load_config(None, latent(tiny_benchmark, first, "train.update_size=2", "train.epochs=2")), show_progress=False)
+    assert sorted(p.name for p in first.glob("ckpt.*.pth")) == ["ckpt.0.pth", "ckpt.1.pth"]
+    second = tmp_path / "second"
+    with caplog.at_level("WARNING"):
+        summary = train(_one_step(tiny_benchmark, second, f"policy.checkpoint={first}", "train.p=0.5"), show_progress=False)
+    assert "warm-starting from its last checkpoint, ckpt.1.pth" in caplog.text
+    assert any("ckpt.1.pth" in r for r in summary["load_reports"])
+    assert json.loads((second / "config.json").read_text())["policy"]["checkpoint"] == str(first / "ckpt.1.pth")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="without any ckpt"):
+        train(_one_step(tiny_benchmark, tmp_path / "third", f"policy.checkpoint={empty}"), show_progress=False)
+    assert not os.path.exists(tmp_path / "third")
