@@ -90,6 +90,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ivln_ce.rollout.worker import WorkerCrashed
+    from ivln_ce.training.store import StoreError
     from ivln_ce.training.trainer import TrainError, train
 
     cfg = load_config(args.config, args.overrides)
@@ -100,6 +101,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 1
     except TrainError as exc:
         raise UsageError(str(exc)) from exc
+    except StoreError as exc:  # the run's own collected data is damaged or gone: it cannot be rebuilt
+        raise UsageError(f"{exc}\nThe trajectory store of {cfg.train.out_dir} is damaged or missing; the run cannot go on "
+                         f"with it: train into another train.out_dir") from exc
     if summary is None:
         return 0
     print(f"{summary['policy']}: {summary['rounds']} round(s), {summary['optimizer_steps']} optimizer steps, "

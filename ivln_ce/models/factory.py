@@ -168,17 +168,27 @@ def save_checkpoint(path: str | Path, policy: nn.Module, config_dict: dict, opti
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = {"state_dict": policy.state_dict(), "config": config_dict, "optim_state": optim_state, **{c: int(counters.get(c, 0)) for c in COUNTERS}}
+    atomic_torch_save(obj, path)
+    return path
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` to a hidden temporary beside ``path`` (umask permissions), then rename;
+    the temporary is removed on any failure, and a failed write (a full disk: torch reports it
+    as a RuntimeError) is an ``OSError`` naming the file."""
     from ivln_ce.data.jsonio import make_temp_beside
 
-    fd, tmp = make_temp_beside(path)  # umask permissions, hidden name cleaned by later runs
+    path = Path(path)
+    fd, tmp = make_temp_beside(path)
     os.close(fd)
     try:
         torch.save(obj, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, (OSError, RuntimeError)):
+            raise OSError(f"{path}: could not be written ({exc}); is the disk full?") from exc
         raise
-    return path
 
 
 def load_segmenter(mapping_cfg: MappingConfig, device: str | torch.device = "cpu") -> RedNetSegmenter | None:

@@ -265,6 +265,17 @@ class TrajectoryStore:
             (ep.steps if spec["per_step"] else ep.constants)[spec["name"]] = arr
         return ep
 
+    def verify(self, lengths: Mapping[str, int] | None = None) -> None:
+        """Check the checksum of every episode (of the first ``lengths[shard]`` of each shard);
+        raise ``StoreError`` naming the first that fails."""
+        seen: dict[str, int] = {}
+        for i, (shard, offset, _, crc, _) in enumerate(self._entries):
+            seen[shard] = seen.get(shard, 0) + 1
+            if lengths is not None and seen[shard] > int(lengths.get(shard, 0)):
+                continue
+            if zlib.crc32(self._blob(i)) != crc:
+                raise StoreError(f"{self.root / (shard + '.data')}: episode {i} (offset {offset}) fails its checksum")
+
     def __iter__(self) -> Iterator[Episode]:
         for i in range(len(self)):
             yield self[i]

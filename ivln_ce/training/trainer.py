@@ -36,9 +36,11 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import time
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, resolv
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem
+from ivln_ce.models.factory import atomic_torch_save
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
 from ivln_ce.training.collect import (beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round,
@@ -179,20 +182,6 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
 # --------------------------------------------------------------------------- state
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path`` (umask permissions), then rename."""
-    from ivln_ce.data.jsonio import make_temp_beside
-
-    fd, tmp = make_temp_beside(path)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_resume(out: Path, fingerprint: str, state: RunState, policy, opt, writer=None) -> None:
     """The resume point. TensorBoard events are flushed first: a run killed later redoes only
     what comes after this point (the resumed writer purges from ``state.step + 1`` on)."""
@@ -212,10 +201,19 @@ def load_resume(out: Path, fingerprint: str, policy, opt) -> RunState | None:
     if saved.get("fingerprint") != fingerprint:
         raise TrainError(f"{out} holds a training run started with other inputs (config, data or code differ); "
                          f"resume it with the same inputs, or train into another train.out_dir")
-    policy.load_state_dict(saved["policy"])
-    opt.load_state_dict(saved["optim"])
-    torch.set_rng_state(saved["rng"]["torch"])
-    return RunState(**saved["state"])
+    fields = {x.name for x in dataclasses.fields(RunState)}
+    saved_state = saved.get("state")
+    if not isinstance(saved_state, dict) or set(saved_state) - fields or not {"policy", "optim", "rng"} <= set(saved):
+        unknown = sorted(set(saved_state) - fields) if isinstance(saved_state, dict) else "no state"
+        raise TrainError(f"{f}: not a resume state of this version (unknown or missing fields: {unknown}); "
+                         f"train into another train.out_dir")
+    try:
+        policy.load_state_dict(saved["policy"])
+        opt.load_state_dict(saved["optim"])
+        torch.set_rng_state(saved["rng"]["torch"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise TrainError(f"{f}: damaged resume state ({exc}); train into another train.out_dir") from exc
+    return RunState(**saved_state)
 
 
 # --------------------------------------------------------------------------- losses
@@ -377,6 +375,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     if rank == 0:
         _claim_folder(out, fingerprint)
+        clean_run_temporaries(out)
     ddp.barrier()
     state = load_resume(out, fingerprint, policy, opt) if (out / RESUME_FILE).exists() else None
     if state is not None and rank == 0 and run_folder.read_marker(out) is None:
@@ -529,14 +528,40 @@ def _episode_bar(items: list[TourItem], mine: list[int], desc: str, show: bool):
 
 
 def _replay_cache_intact(replay_dir: Path, lengths: dict[str, int]) -> bool:
-    """Whether the replay cache still holds at least the episodes its cursor records."""
+    """Whether the replay cache still holds, undamaged (every checksum), at least the episodes
+    its cursor records. A cache that fails is rebuilt: it is derived data."""
     if not any(lengths.values()):
         return True
     try:
-        have = TrajectoryStore(replay_dir).lengths()
-    except StoreError:
+        store = TrajectoryStore(replay_dir)
+        have = store.lengths()
+        if not all(have.get(shard, 0) >= n for shard, n in lengths.items()):
+            return False
+        store.verify(lengths)
+    except (StoreError, OSError) as exc:
+        log.warning("the replay cache %s is damaged (%s): rebuilding it", replay_dir, exc)
         return False
-    return all(have.get(shard, 0) >= n for shard, n in lengths.items())
+    finally:
+        if "store" in locals():
+            store.close()
+    return True
+
+
+#: hidden temporaries of this run's atomic writes (``.{name}.{random}.tmp``)
+_RUN_TEMPORARY = re.compile(r"^\.(resume\.pt|ckpt\.\d+\.pth|config\.json|train_summary\.json|ivln_run\.json)\.[^/]+\.tmp$")
+
+
+def clean_run_temporaries(out: Path) -> list[str]:
+    """Remove the partial files a killed run left (a checkpoint or resume state being written):
+    only this run's own names, in a folder this process holds."""
+    removed = []
+    for f in out.iterdir():
+        if _RUN_TEMPORARY.match(f.name) and f.is_file() and not f.is_symlink():
+            f.unlink(missing_ok=True)
+            removed.append(f.name)
+    if removed:
+        log.warning("%s: removed %d partial file(s) of an interrupted run: %s", out, len(removed), ", ".join(sorted(removed)[:5]))
+    return removed
 
 
 def _replay(cfg, data: TrainingData, k: int, warm: bool, store_dir: Path, replay_dir: Path, policy, pipeline,

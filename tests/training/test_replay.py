@@ -123,7 +123,8 @@ def test_actions_only_stores_refuse_batch_statistics_during_collection(tiny_benc
 
 
 def test_a_lost_or_damaged_replay_cache_is_noticed(tmp_path):
-    """A resume rebuilds the replay cache only if it no longer holds what its cursor records;
+    """A resume rebuilds the replay cache if it no longer holds what its cursor records, or
+    holds it damaged (a checksum fails);
     truncating a store to a shard that is gone is an error, not an empty shard."""
     from ivln_ce.training.store import StoreError
     from ivln_ce.training.trainer import _replay_cache_intact
@@ -138,6 +139,12 @@ def test_a_lost_or_damaged_replay_cache_is_noticed(tmp_path):
     assert _replay_cache_intact(tmp_path / "nothing", {})
     assert not _replay_cache_intact(tmp_path / "replay", {"rank0": 3})
     assert not _replay_cache_intact(tmp_path / "nothing", {"rank0": 1})
+    data = tmp_path / "replay" / "rank0.data"
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0x01  # one flipped bit in rank0's second episode
+    data.write_bytes(bytes(raw))
+    assert not _replay_cache_intact(tmp_path / "replay", {"rank0": 2, "rank1": 1})
+    assert _replay_cache_intact(tmp_path / "replay", {"rank0": 1, "rank1": 1})  # the damage lies past the cursor
     for f in (tmp_path / "replay").glob("rank1.*"):
         f.unlink()
     assert not _replay_cache_intact(tmp_path / "replay", {"rank0": 2, "rank1": 1})

@@ -96,3 +96,37 @@ def test_a_checkpoint_folder_warm_starts_from_its_last_checkpoint(tiny_benchmark
     with pytest.raises(ConfigError, match="without any ckpt"):
         train(_one_step(tiny_benchmark, tmp_path / "third", f"policy.checkpoint={empty}"), show_progress=False)
     assert not os.path.exists(tmp_path / "third")
+
+
+def test_partial_files_of_a_killed_run_are_removed_and_nothing_else(tmp_path):
+    from ivln_ce.training.trainer import clean_run_temporaries
+
+    names = [".ckpt.3.pth.k2j_x1.tmp", ".resume.pt.a8sd.tmp", ".train_summary.json.q.tmp", ".notes.txt.a.tmp", "ckpt.3.pth.tmp",
+             ".ckpt.x.pth.a.tmp", "ckpt.1.pth"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    assert sorted(clean_run_temporaries(tmp_path)) == sorted(names[:3])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
+
+
+def test_resume_states_of_another_version_and_failed_saves_are_named_errors(tmp_path, monkeypatch):
+    from ivln_ce.models.factory import atomic_torch_save
+    from ivln_ce.training.trainer import RunState, load_resume, save_resume
+
+    policy = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(policy.parameters())
+    save_resume(tmp_path, "fp", RunState(step=3), policy, opt)
+    assert load_resume(tmp_path, "fp", policy, opt).step == 3
+    saved = torch.load(tmp_path / "resume.pt", weights_only=False)
+    saved["state"]["future_field"] = 1
+    torch.save(saved, tmp_path / "resume.pt")
+    with pytest.raises(TrainError, match=r"resume.pt: not a resume state of this version .*future_field"):
+        load_resume(tmp_path, "fp", policy, opt)
+
+    def full_disk(obj, f, *a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:595] . PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match=r"ckpt.7.pth: could not be written .*file write failed.*disk full"):
+        atomic_torch_save({"a": 1}, tmp_path / "ckpt.7.pth")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["resume.pt"]  # no partial file left
