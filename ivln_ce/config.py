@@ -680,9 +680,9 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.loader_workers": (_between(0, 64), "an integer in [0, 64]"),
     "train.resume_every": (lambda v: v >= 0, "an integer >= 0"),
     "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
-    "eval.poll_timeout": (_positive, "a duration > 0 (seconds)"),
+    "eval.poll_timeout": (_between(0.0, 365 * 86400.0, lo_open=True), "a duration in (0, 31536000] seconds"),
     "eval.policy_process": (_one_of("auto", "main", "workers"), "one of auto, main, workers"),
-    "eval.poll_interval": (_positive, "a duration > 0 (seconds)"),
+    "eval.poll_interval": (_between(0.0, 86400.0, lo_open=True), "a duration in (0, 86400] seconds"),
 }
 for _sensor in ("rgb", "depth", "semantic"):
     for _dim in ("width", "height"):

@@ -75,6 +75,8 @@ def test_closest_key_searches_everywhere_when_no_sibling_matches():
     ("env.oracle_step_limit=-2", "env.oracle_step_limit"),
     ("policy.rgb_depth=51", "policy.rgb_depth"),
     ("seed=-1", "seed"),
+    ("eval.poll_interval=1e10", "eval.poll_interval"),  # used to pass, then crash in time.sleep
+    ("eval.poll_timeout=1e300", "eval.poll_timeout"),
 ])
 def test_out_of_range_values_name_the_key_and_source(override, key):
     with pytest.raises(ConfigError) as err:

@@ -507,6 +507,10 @@ def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_pr
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 
         return evaluate_checkpoint_folder(cfg, rank=rank, world_size=world_size, show_progress=show_progress)
+    if cfg.eval.agent == "policy" and cfg.policy.checkpoint:
+        from ivln_ce.models.factory import check_checkpoint_file
+
+        check_checkpoint_file(cfg.policy.checkpoint)  # here, named: not as a crash of every environment worker
     split = load_split(cfg)
     for note in split.notes:
         log.warning(note)

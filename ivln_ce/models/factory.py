@@ -121,6 +121,15 @@ def checkpoint_kind(ckpt: dict[str, Any]) -> str:
     return "bare"
 
 
+def check_checkpoint_file(path: str | Path) -> None:
+    """Raise ``ValueError`` (``FileNotFoundError``) naming ``path`` unless it reads safely as a
+    checkpoint container with a ``state_dict``: before environment workers start on it."""
+    ckpt = read_checkpoint(path)
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        keys = sorted(map(str, ckpt))[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(f"{path}: not a policy checkpoint (no 'state_dict' dict; found {keys})")
+
+
 def load_checkpoint(policy: nn.Module, path: str | Path, policy_name: str | None = None, glove: torch.Tensor | None = None,
                     arch: dict[str, Any] | None = None) -> LoadReport:
     """Strictly load a policy checkpoint file (toolkit or official) into ``policy``.

@@ -189,6 +189,22 @@ def machine_description() -> dict[str, Any]:
     return info
 
 
+def check_run_options(device: str, num_envs: int | None) -> None:
+    """``--device`` and ``--num-envs`` by the config's own rules, before anything is built."""
+    from ivln_ce.config import VALUE_RULES
+
+    for key, value in (("train.device", device), ("train.num_envs", num_envs)):
+        check, expected = VALUE_RULES[key]
+        if value is not None and not check(value):
+            flag = "--device" if key.endswith("device") else "--num-envs"
+            raise ValueError(f"{flag} must be {expected}, got {value!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: torch sees no CUDA device; use --device cpu")
+
+
 def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, device: str = "cpu", data: str | Path | None = None,
               echo: bool = True, num_envs: int | None = None) -> dict[str, Any]:
     """Run (or resume) the reproduction; returns where the tables are and what ran. ``num_envs``
@@ -203,8 +219,9 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
         raise ValueError(f"unknown scale {scale_name!r}; choose one of {sorted(SCALES)}")
     if seeds < 1:
         raise ValueError("--seeds must be at least 1")
+    check_run_options(device, num_envs)
     scale = SCALES[scale_name]
-    if num_envs:
+    if num_envs is not None:
         from dataclasses import replace
 
         scale = replace(scale, num_envs=int(num_envs))

@@ -133,12 +133,20 @@ def load_training_data(cfg: DictConfig) -> TrainingData:
     return TrainingData(items, list(ds), refs, Path(cfg.data.scenes_dir), vocab_size, files)
 
 
+#: policies whose memory spans a tour (SPEC §8): only tour-sequential training keeps it
+TOUR_MEMORY_POLICIES = (PolicyName.tour_cma, PolicyName.pool_cma, PolicyName.pool_end_cma)
+
+
 def check_train_config(cfg: DictConfig) -> None:
     tc = cfg.train
     if cfg.policy.name == PolicyName.none:
         raise ConfigError("ivln-ce train needs policy.name (cma, tour_cma, pool_cma, pool_end_cma or map_cma)")
     if not str(tc.out_dir).strip():
         raise ConfigError("train.out_dir is empty: name the folder the run writes to (a new or empty one, or the run's own to resume)")
+    if tc.trainer == TrainerKind.dagger and cfg.policy.name in TOUR_MEMORY_POLICIES:
+        raise ConfigError(f"policy.name={cfg.policy.name.value} keeps a tour memory, which train.trainer=dagger resets at every "
+                          f"episode (episodic batches); train it with train.trainer=tour_sequential train.use_tours=true (the "
+                          f"recipes in configs/embedded/{cfg.policy.name.value}.yaml and configs/paper/latent/)")
     if tc.trainer == TrainerKind.tour_sequential:
         if not tc.use_tours:
             raise ConfigError("train.trainer=tour_sequential needs train.use_tours=true")
@@ -614,6 +622,14 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
     """One epoch of episodic batches; returns True when ``train.max_steps`` stopped it."""
     tc = cfg.train
     batches = _batches(cfg, store, order, k, e)
+    used = sum(map(len, batches))
+    if not batches and order:
+        raise TrainError(f"round {k} epoch {e}: no training batch: the official batch order (train.official_batching=true) "
+                         f"splits the {len(order)} episodes into three loader shares and each drops its incomplete last batch "
+                         f"of train.batch_size={tc.batch_size}; collect more episodes or set train.official_batching=false")
+    if used < len(order) and rank == 0 and state.batch == 0:
+        log.warning("round %d epoch %d: the official batch order drops %d of %d episodes (incomplete last batches)",
+                    k, e, len(order) - used, len(order))
     if world > 1:  # every rank needs at least one episode of every batch (its forward joins collectives)
         short = [b for b in batches if len(b) < world]
         if short and rank == 0 and state.batch == 0:

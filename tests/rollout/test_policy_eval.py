@@ -280,3 +280,18 @@ def test_the_best_checkpoint_is_chosen_by_tndtw_then_spl_then_index():
     assert best_checkpoint([row(3, 0.40, 0.2), row(1, 0.40, 0.5), row(2, 0.40, 0.5)])["checkpoint"] == 1  # SPL, then index
     assert best_checkpoint([row(0, float("nan"), 0.9), row(4, 0.01, None)])["checkpoint"] == 4  # a missing t-nDTW ranks last
     assert best_checkpoint([row(5, None, None), row(2, None, 0.1)])["checkpoint"] == 2
+
+
+def test_a_non_checkpoint_file_in_a_checkpoint_folder_is_named_before_any_worker_starts(tiny_benchmark, tmp_path, capsys):
+    """A file named like a checkpoint that is not one ends the run with exit 2 naming it, not as
+    a crash of every environment worker whose message says a rerun resumes."""
+    from ivln_ce.cli import main
+
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    (folder / "ckpt.0.pth").write_bytes(b"not a checkpoint at all")
+    args = ["eval", "--config", "configs/default.yaml", f"data.root={tiny_benchmark}", f"results_dir={tmp_path / 'ev'}", "eval.agent=policy", *MAP,
+            f"policy.checkpoint={folder}", "eval.num_envs=2"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"error: {folder / 'ckpt.0.pth'}: " in err and "resume" not in err
