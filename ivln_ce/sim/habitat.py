@@ -8,9 +8,11 @@ depth / semantic sensors at (0, 1.25, 0), moves with sliding, answers geodesic q
 the pathfinder's multi-goal query as habitat-lab does, and maps semantic instance ids to the
 13 map classes with the rule of ``scenes.categories.map_class``.
 
-Only the part of the habitat-sim API that 0.2 and 0.3 share is used; ``tests/sim/
-fake_habitat_sim.py`` models exactly that part (and cites where each name comes from), so a
-call the real library does not have fails in the tests instead of on a GPU machine.
+Only the part of the habitat-sim API that 0.2.5 and 0.3.x share is used; ``tests/sim/
+fake_habitat_sim.py`` models exactly that part for 0.2.5 and 0.3.3 (and cites where each name
+comes from), so a call the real library does not have fails in the tests instead of on a GPU
+machine. The install traps (numpy pairing, GLX builds, the MP3D scene dataset config) are
+checked here before habitat-sim starts; the README ("habitat-sim install") explains them.
 """
 
 from __future__ import annotations

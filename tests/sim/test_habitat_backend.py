@@ -660,3 +660,14 @@ def test_fake_multigoal_path_keeps_stale_end_flags(monkeypatch):
     fresh.requested_ends = np.array([[2.0, 0.0, 1.0]], np.float32)
     assert pathfinder.find_path(fresh) and fresh.geodesic_distance == pytest.approx(1.0)
     assert hub.version == "0.3.3"
+
+
+def test_the_results_manifest_records_the_habitat_version(monkeypatch):
+    from ivln_ce.evaluation.evaluator import simulator_record
+    from ivln_ce.sim.habitat import HabitatSimulator
+
+    install(monkeypatch, "0.3.4")
+    worker = {"navmesh": "a.navmesh", "sim_version": HabitatSimulator(cfg()).version}  # a worker's ready message
+    assert simulator_record("habitat", [worker, dict(worker)]) == {
+        "backend": "habitat", "navmesh": ["a.navmesh"], "version": ["habitat-sim 0.3.4 (module __version__ 0.3.3)"]}
+    assert simulator_record("embedded", [{"navmesh": "grid", "sim_version": None}]) == {"backend": "embedded", "navmesh": ["grid"]}
