@@ -86,7 +86,7 @@ def _import_failure(exc: ImportError) -> SimulatorError:
     import numpy
 
     return SimulatorError(
-        f"habitat-sim is installed but failed to import ({exc}); with numpy {numpy.__version__} installed. "
+        f"habitat-sim is installed but failed to import with numpy {numpy.__version__} ({exc}). "
         f"Each habitat-sim release pins its numpy: {NUMPY_PAIRING_TEXT} (README: 'habitat-sim install')"
     )
 
@@ -254,7 +254,8 @@ def check_semantic_dataset(scene: str, dataset_config: str | None) -> None:
     if dataset_config or not is_mp3d_scene(scene):
         return
     expected = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(scene))), MP3D_DATASET_CONFIG)
-    there = "it is there" if os.path.isfile(expected) else "it is not there: download it from the Matterport3D section of habitat-sim's DATASETS.md"
+    there = ("it is there" if os.path.isfile(expected)
+             else "it is not there: download it from the Matterport3D section of habitat-sim's DATASETS.md")
     raise SimulatorError(
         f"{scene}: a semantic sensor on a Matterport3D scene needs simulator.scene_dataset_config = the MP3D "
         f"{MP3D_DATASET_CONFIG}, else habitat-sim renders the semantic mesh misaligned without any error. In the "
@@ -369,8 +370,9 @@ class HabitatSimulator:
 
         ``Simulator.reconfigure`` alone keeps every earlier scene's meshes and textures loaded
         (the C++ ResourceManager is only dropped by ``close``), so memory grows with each scene.
-        ``close(destroy=False)`` first releases them and keeps the GL context, as habitat-lab's
-        ``HabitatSim.reconfigure`` does (``close(self, destroy: bool = True)`` in 0.2.5 and 0.3.x).
+        ``close(destroy=False)`` first releases them, as habitat-lab's ``HabitatSim.reconfigure``
+        does (``close(self, destroy: bool = True)`` in 0.2.5 and 0.3.x; ``destroy=False`` keeps
+        the GL context only where async rendering started one, else reconfigure makes a new one).
         """
         if self._sim is None:
             self._start_checks(hs)

@@ -474,7 +474,7 @@ def test_scene_change_closes_the_previous_scene_first(hab, tmp_path):
         others.append(scene)
         sim.load_scene(scene)
     assert len(hab.simulators) == 1  # one habitat-sim simulator, reconfigured
-    assert hab.sim._values["close_calls"] == [False, False]  # close(destroy=False): GL context kept
+    assert hab.sim._values["close_calls"] == [False, False]  # close(destroy=False), as habitat-lab
     assert hab.sim._values["resident_scenes"] == [others[-1]]  # earlier scenes released
     sim.load_scene(first)  # back to the first scene: a different configuration again
     assert hab.sim._values["resident_scenes"] == [first]
