@@ -118,7 +118,8 @@ class SimulatorConfig:
     agent_height: float = 1.5
     max_climb: float = 0.2
     nav_cell: float = 0.05  # embedded navigation grid resolution (m)
-    #: habitat-sim: a scene dataset config (e.g. mp3d.scene_dataset_config.json); empty = none
+    #: habitat-sim: a scene dataset config (e.g. mp3d.scene_dataset_config.json); empty = none.
+    #: Required for a semantic sensor on MP3D scenes (it orients their semantic mesh)
     scene_dataset_config: str = ""
     #: the GPU that renders (habitat-sim ``gpu_device_id``; the embedded renderer's EGL device
     #: where the driver exposes one); -1 = this process's local rank (LOCAL_RANK under torchrun),

@@ -724,13 +724,21 @@ def manifest(cfg: DictConfig, split: SplitData, fp: fpr.Fingerprint, valid: bool
         "seed": int(cfg.seed),
         "worker_seeds": [int(w["seed"]) for w in workers],  # in rank order under torchrun
         **({"worker_ranks": [int(w["rank"]) for w in workers]} if any("rank" in w for w in workers) else {}),
-        "simulator": {"backend": cfg.simulator.backend.value, "navmesh": sorted({str(w.get("navmesh")) for w in workers})},
+        "simulator": simulator_record(cfg.simulator.backend.value, workers),
         "versions": {"ivln_ce": fp.version, **fpr.dependency_versions()},
         "data_files": {role: {"path": p, "sha256": files.get(role)} for role, p in split.files.items()} |
                       {"target_paths": {"path": str(target), "sha256": files["target_paths"]}},
         "leaderboard_valid": valid,
         "analysis_only_because": reasons,
     }
+
+
+def simulator_record(backend: str, workers: list[dict]) -> dict:
+    """The manifest's simulator entry: backend, navmeshes and, where the backend reports one, its
+    version (habitat: the installed distribution's, which can differ from ``__version__``)."""
+    versions = sorted({str(w["sim_version"]) for w in workers if w.get("sim_version")})
+    return {"backend": backend, "navmesh": sorted({str(w.get("navmesh")) for w in workers}),
+            **({"version": versions} if versions else {})}
 
 
 def summary_row(summary: dict) -> dict[str, float]:

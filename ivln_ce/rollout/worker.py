@@ -167,7 +167,8 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
         spec.items, spec.references = cmd[1], cmd[2]
         runner = _Runner(spec)
         conn.send(("ready", {"pid": os.getpid(), "seed": spec.seed, "torch_loaded": "torch" in sys.modules,
-                             "navmesh": getattr(runner.sim, "navmesh_source", None)}))
+                             "navmesh": getattr(runner.sim, "navmesh_source", None),
+                             "sim_version": getattr(runner.sim, "version", None)}))
         while True:
             cmd = conn.recv()
             kind = cmd[0]

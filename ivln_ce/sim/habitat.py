@@ -8,9 +8,11 @@ depth / semantic sensors at (0, 1.25, 0), moves with sliding, answers geodesic q
 the pathfinder's multi-goal query as habitat-lab does, and maps semantic instance ids to the
 13 map classes with the rule of ``scenes.categories.map_class``.
 
-Only the part of the habitat-sim API that 0.2 and 0.3 share is used; ``tests/sim/
-fake_habitat_sim.py`` models exactly that part (and cites where each name comes from), so a
-call the real library does not have fails in the tests instead of on a GPU machine.
+Only the part of the habitat-sim API that 0.2.5 and 0.3.x share is used; ``tests/sim/
+fake_habitat_sim.py`` models exactly that part for 0.2.5 and 0.3.3 (and cites where each name
+comes from), so a call the real library does not have fails in the tests instead of on a GPU
+machine. The install traps (numpy pairing, GLX builds, the MP3D scene dataset config) are
+checked here before habitat-sim starts; the README ("habitat-sim install") explains them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import logging
 import math
 import operator
 import os
+import re
+import sys
 import time
 from collections import OrderedDict
 from typing import Any, Sequence
@@ -65,12 +69,148 @@ def habitat_available() -> bool:
 def _require():
     try:
         import habitat_sim
-    except ImportError as exc:  # pragma: no cover - depends on the machine
+    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the machine
+        if exc.name not in ("habitat_sim", None):
+            raise _import_failure(exc) from exc
         raise SimulatorError(
-            "simulator.backend=habitat needs habitat-sim 0.2/0.3 (install it the Habitat way, e.g. "
-            "`conda install habitat-sim -c conda-forge -c aihabitat`); it is not installable from PyPI here"
+            "simulator.backend=habitat needs habitat-sim 0.2.5 or 0.3.x (install it the Habitat way, e.g. "
+            "`conda install habitat-sim headless -c conda-forge -c aihabitat`); it is not installable from PyPI here"
         ) from exc
+    except ImportError as exc:
+        raise _import_failure(exc) from exc
     return habitat_sim
+
+
+def _import_failure(exc: ImportError) -> SimulatorError:
+    """habitat-sim is there but does not import: most often its numpy build does not match ours."""
+    import numpy
+
+    return SimulatorError(
+        f"habitat-sim is installed but failed to import with numpy {numpy.__version__} ({exc}). "
+        f"Each habitat-sim release pins its numpy: {NUMPY_PAIRING_TEXT} (README: 'habitat-sim install')"
+    )
+
+
+# ---------------------------------------------------------------------------- install checks
+#: numpy that each habitat-sim release was built and pinned for (its requirements.txt at the tag):
+#: (first habitat-sim release, numpy lower bound, numpy upper bound (exclusive), as the pin reads)
+_NUMPY_PINS = (
+    ((0, 2, 5), (1, 20), (1, 24), "numpy>=1.20,<1.24"),  # 0.2.5 - 0.3.1
+    ((0, 3, 2), (1, 26, 4), (1, 26, 5), "numpy==1.26.4"),  # 0.3.2, 0.3.3
+    ((0, 3, 4), (2, 0), (2, 4), "numpy>=2.0,<2.4"),  # 0.3.4
+)
+NUMPY_PAIRING_TEXT = "habitat-sim 0.2.5-0.3.1: numpy<1.24; 0.3.2-0.3.3: numpy==1.26.4; 0.3.4: numpy>=2.0,<2.4"
+#: the distribution names habitat-sim is installed under (setup.py says habitat_sim; pip and
+#: conda metadata may spell it either way)
+_DISTRIBUTIONS = ("habitat-sim", "habitat_sim")
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    """The leading numeric release of a version string ("0.3.3.dev2024" -> (0, 3, 3)); () if none."""
+    parts = []
+    for piece in str(version or "").split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+        if digits.group() != piece:
+            break
+    return tuple(parts)
+
+
+def habitat_versions(hs) -> dict[str, str | None]:
+    """What the module says (``__version__``) and what is installed (the distribution's metadata).
+
+    Both are recorded because they disagree: habitat-sim 0.3.4 still reports ``__version__``
+    0.3.3 (its ``__init__.py`` and pyproject were not bumped), so only the distribution's
+    version tells 0.3.4 from 0.3.3.
+    """
+    from importlib import metadata
+
+    distribution = None
+    for name in _DISTRIBUTIONS:
+        try:
+            distribution = metadata.version(name)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    return {"module": getattr(hs, "__version__", None), "distribution": distribution}
+
+
+def describe_versions(versions: dict[str, str | None]) -> str:
+    """One line for results and logs, e.g. "habitat-sim 0.3.4 (module __version__ 0.3.3)"."""
+    module, distribution = versions.get("module"), versions.get("distribution")
+    if distribution is None:
+        return f"habitat-sim {module} (module __version__; no installed distribution metadata found)"
+    if module == distribution:
+        return f"habitat-sim {distribution}"
+    return f"habitat-sim {distribution} (module __version__ {module})"
+
+
+def _effective_release(versions: dict[str, str | None]) -> tuple[int, ...]:
+    """The installed release: the distribution's version where known (see ``habitat_versions``)."""
+    return _release(versions.get("distribution")) or _release(versions.get("module"))
+
+
+def check_numpy_pairing(versions: dict[str, str | None], numpy_version: str) -> None:
+    """Refuse numpy on the wrong side of 2.0 for this habitat-sim; warn outside its exact pin.
+
+    habitat-sim up to 0.3.3 (and numpy-quaternion of that time) are built for numpy 1.x and
+    0.3.4 for numpy 2: crossing that line breaks in compiled code, not with a clear message.
+    Inside it, ivln-ce needs numpy>=1.24 while 0.2.5-0.3.1 pin <1.24: their conda builds
+    (which declare only numpy>=1.13) run with numpy 1.24-1.26, so that is only a warning.
+    """
+    release = _effective_release(versions)
+    if not release:
+        return
+    pins = [p for p in _NUMPY_PINS if release >= p[0]] or [_NUMPY_PINS[0]]
+    first, low, high, text = pins[-1]
+    have = _release(numpy_version)
+    label = describe_versions(versions)
+    if (have >= (2,)) != (low >= (2,)):
+        raise SimulatorError(
+            f"{label} needs {text} but numpy {numpy_version} is installed: the two are built for different numpy "
+            f"ABIs. Pairings: {NUMPY_PAIRING_TEXT}. Install the numpy of your habitat-sim in this environment "
+            f"(README: 'habitat-sim install')"
+        )
+    if not low <= have < high:
+        log.warning("%s pins %s; running with numpy %s (README: 'habitat-sim install' explains this pairing)",
+                    label, text, numpy_version)
+
+
+def _numpy_version() -> str:
+    return np.__version__
+
+
+def check_gl_build(gpu_device_id: int) -> None:
+    """Explain, before habitat-sim aborts the process, what a GLX (non-EGL) build cannot do.
+
+    habitat-sim's WindowlessContext calls ``Magnum::Fatal`` (an abort, not an exception) for
+    ``gpu_device_id != 0`` or a missing ``DISPLAY`` when Magnum was built without EGL; torchrun
+    ranks >= 1 render on GPU ``LOCAL_RANK`` and hit it. habitat_sim has no build flag for this;
+    the Magnum bindings it imports say whether Magnum targets EGL (``magnum.TARGET_EGL``).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import magnum
+    except ImportError:
+        return
+    egl = getattr(magnum, "TARGET_EGL", None)
+    if egl is None or bool(egl):
+        return
+    if gpu_device_id != 0:
+        raise SimulatorError(
+            f"simulator.gpu_device_id resolves to {gpu_device_id} (LOCAL_RANK={os.environ.get('LOCAL_RANK', 'unset')}), "
+            f"but this habitat-sim renders through GLX (magnum.TARGET_EGL is False), which supports only GPU 0 and "
+            f"would abort the process. Install an EGL build (the conda `headless` variant, or a source build with "
+            f"its bundled Magnum), or set simulator.gpu_device_id=0 in every process"
+        )
+    if not os.environ.get("DISPLAY"):
+        raise SimulatorError(
+            "this habitat-sim renders through GLX (magnum.TARGET_EGL is False) and needs an X display, but DISPLAY is "
+            "not set; it would abort the process. Install an EGL build (the conda `headless` variant)"
+        )
 
 
 def _check_seed(seed: int) -> int:
@@ -82,6 +222,46 @@ def _check_seed(seed: int) -> int:
     if not 0 <= value < 2**32:
         raise SimulatorError(f"simulator seed: expected 0 <= seed < 2**32 (habitat-sim's random_seed), got {value}")
     return value
+
+
+#: the scene dataset config habitat-sim >= 0.2.2 needs to orient MP3D's semantic mesh (habitat-sim
+#: PR #1592; DATASETS.md, Matterport3D): it lies at the MP3D root, beside the scan folders
+MP3D_DATASET_CONFIG = "mp3d.scene_dataset_config.json"
+
+
+def is_mp3d_scene(scene: str) -> bool:
+    """An MP3D scan: its ``.house`` annotations lie beside the ``.glb``, or it sits under ``mp3d/``."""
+    folders = {part.lower() for part in os.path.normpath(scene).split(os.sep)[:-1]}
+    return os.path.isfile(os.path.splitext(scene)[0] + ".house") or "mp3d" in folders
+
+
+def check_dataset_config_file(path: str | None) -> None:
+    """A configured scene dataset config must exist: habitat-sim would build an empty dataset
+    under that name and carry on with the defaults (the silent failure the key is set to avoid)."""
+    if path and not os.path.isfile(path):
+        raise SimulatorError(f"simulator.scene_dataset_config: {path} does not exist (expected the scene dataset "
+                             f"config JSON, e.g. <scenes_dir>/mp3d/{MP3D_DATASET_CONFIG})")
+
+
+def check_semantic_dataset(scene: str, dataset_config: str | None) -> None:
+    """Refuse GT semantics on an MP3D scene without the dataset config.
+
+    Without it habitat-sim >= 0.2.2 renders MP3D's semantic mesh in the render mesh's frame,
+    which is rotated against it: semantic frames come out misaligned with RGB and depth, with
+    no error (habitat-sim tests/test_sensors.py says the config "is required to provide
+    transform for semantic mesh").
+    """
+    if dataset_config or not is_mp3d_scene(scene):
+        return
+    expected = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(scene))), MP3D_DATASET_CONFIG)
+    there = ("it is there" if os.path.isfile(expected)
+             else "it is not there: download it from the Matterport3D section of habitat-sim's DATASETS.md")
+    raise SimulatorError(
+        f"{scene}: a semantic sensor on a Matterport3D scene needs simulator.scene_dataset_config = the MP3D "
+        f"{MP3D_DATASET_CONFIG}, else habitat-sim renders the semantic mesh misaligned without any error. In the "
+        f"standard layout it is <scenes_dir>/mp3d/{MP3D_DATASET_CONFIG}, here {expected} ({there}); "
+        f"configs/paper/_common.yaml sets it"
+    )
 
 
 def _vec3(p: Sequence[float], what: str = "point") -> np.ndarray:
@@ -106,8 +286,10 @@ class HabitatSimulator:
         self.random_seed = _check_seed(seed)
         self.gpu_device_id = resolve_gpu_device(self.config)
         self.scene_dataset_config = self.config.scene_dataset_config or None
+        check_dataset_config_file(self.scene_dataset_config)
         self._sim = None
         self._scene_id: str | None = None
+        self._versions: dict[str, str | None] | None = None
         self._navmesh_source = "none (no scene loaded)"
         self._class_lut = np.zeros(1, dtype=np.uint8)
         self._goal_paths: OrderedDict[tuple[float, float, float], Any] = OrderedDict()
@@ -158,29 +340,81 @@ class HabitatSimulator:
         return self._navmesh_source
 
     def load_scene(self, scene: str) -> None:
+        """Switch to ``scene``. The scene counts as loaded only once everything succeeded: a
+        failed load discards the habitat-sim simulator, so a retry starts afresh."""
         scene = str(scene)
         if scene == self._scene_id:
             return
         hs = _require()
+        if "semantic" in self.sensors:
+            check_semantic_dataset(scene, self.scene_dataset_config)
         cfg = self._make_config(scene)
-        if self._sim is None:
-            self._sim = hs.Simulator(cfg)
-        else:
-            self._sim.reconfigure(cfg)
-        self._scene_id = scene
+        self._scene_id = None
         # cached path objects hold polygon refs of the previous navmesh: never reuse them
         self._goal_paths.clear()
-        self._navmesh_source = self._prepare_navmesh(hs, scene)
-        self._sim.seed(self.random_seed)  # simulator and pathfinder RNGs, after any navmesh change
-        self._class_lut = self._semantic_lut() if "semantic" in self.sensors else np.zeros(1, dtype=np.uint8)
+        try:
+            self._open(hs, cfg)
+            self._navmesh_source = self._prepare_navmesh(hs, scene)
+            self._sim.seed(self.random_seed)  # simulator and pathfinder RNGs, after any navmesh change
+            self._class_lut = self._semantic_lut(scene) if "semantic" in self.sensors else np.zeros(1, dtype=np.uint8)
+        except SimulatorError:
+            self._discard()
+            raise
+        except Exception as exc:
+            self._discard()
+            raise SimulatorError(f"{scene}: habitat-sim could not load the scene: {type(exc).__name__}: {exc}") from exc
+        self._scene_id = scene
+
+    def _open(self, hs, cfg) -> None:
+        """Build the habitat-sim simulator, or move it to the new scene.
+
+        ``Simulator.reconfigure`` alone keeps every earlier scene's meshes and textures loaded
+        (the C++ ResourceManager is only dropped by ``close``), so memory grows with each scene.
+        ``close(destroy=False)`` first releases them, as habitat-lab's ``HabitatSim.reconfigure``
+        does (``close(self, destroy: bool = True)`` in 0.2.5 and 0.3.x; ``destroy=False`` keeps
+        the GL context only where async rendering started one, else reconfigure makes a new one).
+        """
+        if self._sim is None:
+            self._start_checks(hs)
+            self._sim = hs.Simulator(cfg)
+            return
+        self._sim.close(destroy=False)
+        self._sim.reconfigure(cfg)
+
+    def _start_checks(self, hs) -> None:
+        """The install traps, checked before habitat-sim builds its GL context (README)."""
+        self._versions = habitat_versions(hs)
+        check_numpy_pairing(self._versions, _numpy_version())
+        check_gl_build(self.gpu_device_id)
+
+    def _discard(self) -> None:
+        """Forget a half-loaded simulator: after a failed load its state is unknown, and an
+        equal configuration would make habitat-sim's ``reconfigure`` a no-op on a retry."""
+        sim, self._sim = self._sim, None
+        self._scene_id = None
+        self._goal_paths.clear()
+        self._navmesh_source = "none (no scene loaded)"
+        if sim is not None:
+            try:
+                sim.close()
+            except Exception as exc:  # the load error is the one to report
+                log.warning("closing habitat-sim after a failed load also failed: %s", exc)
+
+    @property
+    def version(self) -> str:
+        """The habitat-sim installed, as recorded in results (see ``habitat_versions``)."""
+        if self._versions is None:
+            self._versions = habitat_versions(_require())
+        return describe_versions(self._versions)
 
     def _prepare_navmesh(self, hs, scene: str) -> str:
         """Use the navmesh shipped next to the scene (SPEC §2.1), else the one habitat-sim found,
         else recompute one for the VLN-CE body.
 
-        The shipped file is loaded explicitly: habitat-sim versions differ in what they do on
-        their own (some load ``<scene>.navmesh``, some recompute it when its stored settings
-        differ from the agent's), and trajectories depend on the navmesh.
+        habitat-sim 0.2.5+ already loads ``<scene>.navmesh`` in C++ while it loads the scene (or
+        the navmesh a scene dataset config names); the shipped file is loaded once more here so
+        the navmesh in use is that file whatever a dataset config says, because trajectories
+        depend on it.
         """
         pathfinder = self._sim.pathfinder
         navmesh = os.path.splitext(scene)[0] + ".navmesh"
@@ -203,17 +437,30 @@ class HabitatSimulator:
             f"height {self.config.agent_height:g} m, climb {self.config.max_climb:g} m)"
         )
 
-    def _semantic_lut(self) -> np.ndarray:
+    def _semantic_lut(self, scene: str) -> np.ndarray:
         """instance id -> 13-class id from the scene's semantic annotations (SPEC §6.9).
 
         As the official ``Semantic12Sensor``: the instance id is the integer suffix of the
         object id, the name is ``category.name(mapping="mpcat40")``, replaced by
         ``category.name(mapping="raw")`` for ``appliances``/``furniture``. (``name()`` with no
-        mapping returns the mpcat40 name in Mp3dObjectCategory, not the raw one.)
+        mapping returns the mpcat40 name in Mp3dObjectCategory, not the raw one.) A scene with
+        no annotations is refused: its semantic12 frames would be all void.
         """
-        objects = [o for o in self._sim.semantic_scene.objects if o is not None]
+        house = os.path.splitext(scene)[0] + ".house"
+        semantic_scene = self._sim.semantic_scene
+        if semantic_scene is None:  # habitat-sim found no semantic descriptor at all
+            raise SimulatorError(
+                f"{scene}: habitat-sim loaded no semantic scene, so the semantic sensor has no classes; "
+                f"expected the MP3D annotations {house} (or a descriptor in the scene dataset config "
+                f"{self.scene_dataset_config or '(none set)'}), or drop semantic from simulator.sensors"
+            )
+        objects = [o for o in semantic_scene.objects if o is not None]
         if not objects:
-            log.warning("%s: the scene has no semantic annotations; semantic12 will be all void", self._scene_id)
+            found = "present but it lists no objects" if os.path.isfile(house) else "missing"
+            raise SimulatorError(
+                f"{scene}: the semantic scene has no objects, so semantic12 would be all void; the MP3D "
+                f"annotations {house} are {found}. Restore the file or drop semantic from simulator.sensors"
+            )
         entries = []
         for obj in objects:
             category = obj.category
@@ -346,7 +593,13 @@ class HabitatSimulator:
         same generator state gives the same point."""
         pathfinder = self.sim.pathfinder
         pathfinder.seed(int(rng.integers(0, 2**31 - 1)))
-        p = np.asarray(pathfinder.get_random_navigable_point(), dtype=np.float64)
+        try:
+            p = np.asarray(pathfinder.get_random_navigable_point(), dtype=np.float64)
+        except RuntimeError as exc:  # PathFinder throws when the navmesh has no navigable area
+            raise SimulatorError(
+                f"{self._scene_id}: habitat-sim cannot sample a navigable point, the navmesh has no navigable area "
+                f"({exc}; navmesh: {self._navmesh_source})"
+            ) from exc
         if not np.all(np.isfinite(p)):
             raise SimulatorError(f"{self._scene_id}: habitat-sim found no navigable point to sample (navmesh: {self._navmesh_source})")
         return p

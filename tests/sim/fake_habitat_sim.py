@@ -21,8 +21,8 @@ Sources (facebookresearch/habitat-sim unless noted), checked with the project's 
   Pathfinder random seed" —, ``gpu_device_id``, ``allow_sliding``, ``enable_physics``, ...);
   ``Simulator.seed(new_seed)``, ``reconfigure(configuration)``, ``close(destroy=True)``,
   ``pathfinder`` (get/set), ``semantic_scene``, ``gpu_device``,
-  ``recompute_navmesh(pathfinder, navmesh_settings)`` (0.2 adds an optional
-  ``include_static_objects``; two positional arguments work in both).
+  ``recompute_navmesh(pathfinder, navmesh_settings)`` (two arguments from 0.2.5; only 0.2.2
+  had an extra ``include_static_objects``, which 0.2.5 moved into ``NavMeshSettings``).
 * ``src_python/habitat_sim/simulator.py``: ``Configuration(sim_cfg, agents)`` (attrs, slots);
   ``Simulator.step(action, dt=1/60)`` returns the default agent's observation dict with a
   ``"collided"`` entry added (``agent_observation["collided"] = collided_dict[agent_id]``,
@@ -36,8 +36,9 @@ Sources (facebookresearch/habitat-sim unless noted), checked with the project's 
   ``AgentConfiguration(height=1.5, radius=0.1, sensor_specifications, action_space,
   body_type)`` (attrs, slots); ``ActionSpec(name, actuation=None)``;
   ``Agent.set_state(state, reset_sensors=True, infer_sensor_states=True, is_initial=False)``
-  converts a *list* rotation with ``quat_from_coeffs`` ([x, y, z, w]; 0.3 also converts
-  ndarrays, 0.2 only lists); ``Agent.get_state()`` returns a numpy-quaternion rotation.
+  converts any rotation that is not a numpy-quaternion with ``quat_from_coeffs`` ([x, y, z, w];
+  0.2.5 and 0.3.x alike; the fake accepts only lists, stricter on purpose);
+  ``Agent.get_state()`` returns a numpy-quaternion rotation.
 * ``src_python/habitat_sim/agent/controls/controls.py``: ``ActuationSpec(amount,
   constraint=None)``. ``.../object_controls.py``: a move collided when
   ``|filtered - start|^2 + 1e-5 < |end - start|^2``; ``simulator.py step_filter`` uses
@@ -50,7 +51,9 @@ Sources (facebookresearch/habitat-sim unless noted), checked with the project's 
 * ``src/esp/bindings/ShortestPathBindings.cpp`` (0.2 and 0.3 versions): ``ShortestPath``
   (``requested_start``, ``requested_end``, ``points``, ``geodesic_distance``);
   ``MultiGoalShortestPath`` (``requested_start``, ``requested_ends`` as a property whose
-  setter resets the cached state, ``points``, ``geodesic_distance``); ``NavMeshSettings``
+  setter clears the snapped ends and bounds but *keeps* the per-end validity flags, so a
+  re-assigned path reads stale flags: modelled below; ``points``, ``geodesic_distance``);
+  ``NavMeshSettings``
   (``agent_radius``, ``agent_height``, ``agent_max_climb``, ..., ``set_defaults()``);
   ``PathFinder``: ``seed``, ``get_random_navigable_point(max_tries=10)``, ``find_path(path)``
   (both overloads), ``try_step(start, end)``, ``try_step_no_sliding``, ``snap_point``,
@@ -71,6 +74,34 @@ Sources (facebookresearch/habitat-sim unless noted), checked with the project's 
 * jacobkrantz/IVLN-CE ``habitat_extensions/sensors.py`` (``Semantic12Sensor``): the official
   caller uses ``category.name(mapping="mpcat40")`` and ``category.name(mapping="raw")``.
 
+Versions. ``install(monkeypatch, version=...)`` picks the release modelled, "0.2.5", "0.3.3" or
+"0.3.4" (0.3.3's API; its ``__version__`` still says "0.3.3", habitat-sim's ``__init__.py`` at tag
+v0.3.4). What differs between them here:
+
+* ``CameraSensorSpec.position`` and other points: Eigen ``vec3f`` up to 0.3.2 converts any
+  numeric sequence; Magnum ``Vector3`` from 0.3.3 takes only Python floats or float buffers, so
+  ``[0, 1, 0]`` or an int array raise ``TypeError`` (magnum-bindings math.vector.h).
+* the numpy each release pins (``PAIRED_NUMPY``) and the installed distribution's version, which
+  the install reports through ``importlib.metadata`` (0.3.4 says 0.3.4 there).
+
+What every modelled version shares, and the fake reproduces because the backend must cope:
+
+* the ``<scene>.navmesh`` beside a scene is loaded in C++ during (re)configuration
+  (Simulator.cpp since 0.2.5; ``_config_pathfinder`` only seeds), so it never shows up as a
+  Python ``PathFinder.load_nav_mesh`` call;
+* ``reconfigure`` compares configurations by value and is a no-op for an equal one; it keeps
+  every earlier scene's assets resident until ``close(destroy=True)`` or ``close(destroy=False)``
+  (``resident_scenes``; ``close`` calls are recorded in ``close_calls``); after ``close`` the
+  simulator has no pathfinder, agents or scene until a reconfigure with a different config;
+* ``semantic_scene`` is ``None`` when no semantic descriptor was found (``World.semantic_descriptor``);
+* an MP3D stage (``World.mp3d``) without ``scene_dataset_config_file`` renders its semantic mesh
+  in the wrong frame, silently (here: the id image turned by 180 degrees);
+* ``get_random_navigable_point`` raises ``RuntimeError`` on a navmesh without navigable area;
+* ``MultiGoalShortestPath`` skips ends that did not snap and fails only when none did.
+
+A fake ``magnum`` module is installed beside it with ``TARGET_EGL`` (``egl=`` argument): the
+flag the real Magnum bindings expose and habitat-sim's GL context depends on.
+
 Use ``install(monkeypatch)`` inside a test; it puts the fake into ``sys.modules`` only for
 that test. Scenes are registered in ``FakeHabitat.worlds`` by their ``scene_id``.
 """
@@ -90,6 +121,14 @@ from typing import Any, Callable
 import numpy as np
 
 API = "habitat-sim 0.2/0.3"
+#: the releases modelled: what ``__version__`` says, whether points are Magnum Vector3 (0.3.3+)
+VERSIONS = {
+    "0.2.5": {"module": "0.2.5", "magnum_vector3": False},
+    "0.3.3": {"module": "0.3.3", "magnum_vector3": True},
+    "0.3.4": {"module": "0.3.3", "magnum_vector3": True},  # __version__ was not bumped at v0.3.4
+}
+#: numpy of each release's requirements.txt (a correctly paired install)
+PAIRED_NUMPY = {"0.2.5": "1.23.5", "0.3.3": "1.26.4", "0.3.4": "2.2.6"}
 
 
 # ---------------------------------------------------------------------------- conversions
@@ -141,8 +180,18 @@ def _vec(n, kind):
     return conv
 
 
-_vec3 = _vec(3, float)
+_eigen_vec3 = _vec(3, float)
 _vec2i = _vec(2, int)
+
+
+def _vec3(v, where):
+    """A point: Eigen vec3f (<= 0.3.2) converts any numbers; Magnum Vector3 (0.3.3+) only floats."""
+    if _HUB.release["magnum_vector3"]:
+        if isinstance(v, (list, tuple)) and not all(isinstance(x, float) for x in v):
+            raise TypeError(f"{where}: incompatible function arguments; Magnum Vector3 needs Python floats, got {v!r}")
+        if isinstance(v, np.ndarray) and v.dtype.kind != "f":
+            raise TypeError(f"{where}: incompatible buffer format {v.dtype}; Magnum Vector3 needs a float buffer")
+    return _eigen_vec3(v, where)
 
 
 def _instance(cls):
@@ -181,6 +230,19 @@ class Vector3:
 
     def __repr__(self):
         return f"Vector3({self._v.tolist()})"
+
+
+def _value_key(v):
+    """A comparable form of a configuration value (attrs / pybind11 compare configs by value)."""
+    if isinstance(v, _Strict):
+        return (type(v).__name__, tuple((k, _value_key(v._values[k])) for k in sorted(type(v)._FIELDS)))
+    if isinstance(v, (list, tuple)):
+        return tuple(_value_key(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _value_key(x)) for k, x in v.items()))
+    if isinstance(v, np.ndarray):
+        return ("array", tuple(v.tolist()))
+    return v
 
 
 class _Strict:
@@ -326,6 +388,11 @@ class Configuration(_Strict):
             raise TypeError("Configuration.agents: expected a list of AgentConfiguration")
         super().__init__(sim_cfg=sim_cfg, agents=agents)
 
+    def __eq__(self, other):  # attrs: by value, down to every sensor and action spec
+        return isinstance(other, Configuration) and _value_key(self) == _value_key(other)
+
+    __hash__ = None
+
 
 class NavMeshSettings(_Strict):
     _SOURCE = "src/esp/bindings/ShortestPathBindings.cpp"
@@ -441,6 +508,9 @@ class ShortestPath(_Strict):
 
 
 def _ends(v, where):
+    if isinstance(v, (list, tuple, np.ndarray)):
+        for row in v:
+            _vec3(row, where)
     arr = np.asarray(v, dtype=np.float32)
     if arr.ndim != 2 or arr.shape[1] != 3:
         raise TypeError(f"{where}: expected a list of 3-vectors, got shape {arr.shape}")
@@ -458,14 +528,15 @@ class MultiGoalShortestPath(_Strict):
 
     def __init__(self):
         super().__init__()
-        self._values.update(_ends=[], _end_snaps=None, _min_dist=[], _prev_start=np.zeros(3, np.float32), ends_assignments=0)
+        self._values.update(_ends=[], _end_snaps=None, _end_valid=[], _min_dist=[], _prev_start=np.zeros(3, np.float32),
+                            ends_assignments=0)
 
     @property
     def requested_ends(self):
         return [Vector3(e) for e in self._values["_ends"]]
 
     @requested_ends.setter
-    def requested_ends(self, value):  # MultiGoalShortestPath::setRequestedEnds clears the state
+    def requested_ends(self, value):  # setRequestedEnds: clears snaps and bounds, not endIsValid
         self._values["_ends"] = _ends(value, "MultiGoalShortestPath.requested_ends")
         self._values["_end_snaps"] = None
         self._values["_min_dist"] = [0.0] * len(self._values["_ends"])
@@ -550,6 +621,8 @@ class PathFinder(_Strict):
         _int(max_tries, "max_tries")
         self._require_loaded()
         self._log("get_random_navigable_point")
+        if self.navigable_area <= 0.0:  # PathFinder::Impl::getRandomNavigablePoint throws
+            raise RuntimeError("NavMesh has no navigable area, this indicates an issue with the NavMesh")
         if self._values["world"].sampling_fails:
             return Vector3([math.nan] * 3)
         rects = self._values["islands"]
@@ -575,16 +648,17 @@ class PathFinder(_Strict):
             return False
         if v["_end_snaps"] is None:  # ends are snapped once per requested_ends assignment
             snaps = [self._snap(e) for e in v["_ends"]]
-            if any(i is None for i, _ in snaps):
-                return False
+            v["_end_valid"].extend(i is not None for i, _ in snaps)  # appended: earlier flags stay first
             v["_end_snaps"] = snaps
+            if all(i is None for i, _ in snaps):
+                return False
         ends = v["_ends"]
         if len(ends) > 1:  # bounds carried over from the previous query (the M12 state)
             moved = self._geodesic(start, v["_prev_start"])[0]
             v["_min_dist"] = [max(m - moved, float(np.linalg.norm(e - start))) for m, e in zip(v["_min_dist"], ends)]
             v["_prev_start"] = start.astype(np.float32)
         for i in sorted(range(len(ends)), key=lambda k: v["_min_dist"][k]):
-            if v["_min_dist"][i] > v["geodesic_distance"]:
+            if not v["_end_valid"][i] or v["_min_dist"][i] > v["geodesic_distance"]:
                 continue
             d, pts = self._geodesic(start, ends[i])
             if d < v["geodesic_distance"]:
@@ -721,7 +795,9 @@ class World:
     scenes have), or (object id, None, None) for an object without category. ``render``:
     ``(sensor type, height, width) -> array`` in metres (depth) / instance ids (semantic).
     ``dataset_navmesh``: habitat-sim finds a navmesh on its own (scene dataset) although no
-    ``<scene>.navmesh`` file exists.
+    ``<scene>.navmesh`` file exists. ``semantic_descriptor``: False when habitat-sim finds no
+    semantic descriptor (``semantic_scene`` is then None). ``mp3d``: an MP3D stage, whose
+    semantic mesh needs the dataset config's frame.
     """
 
     islands: list[Rect]
@@ -729,6 +805,8 @@ class World:
     render: Callable | None = None
     dataset_navmesh: bool = False
     sampling_fails: bool = False
+    semantic_descriptor: bool = True
+    mp3d: bool = False
     name_calls: list = field(default_factory=list)
 
 
@@ -750,13 +828,24 @@ class Simulator(_Strict):
 
     def __init__(self, config):
         super().__init__()
-        self._values.update(hub=_HUB, config=None, seeds=[], recomputes=[], step_calls=[], closed=False)
+        self._values.update(hub=_HUB, config=None, seeds=[], recomputes=[], step_calls=[], closed=False,
+                            close_calls=[], resident_scenes=[])
         _HUB.simulators.append(self)
+        self._sanitize(config)
         self._configure(config)
 
-    def _configure(self, config):
+    @staticmethod
+    def _sanitize(config):
+        """``Simulator._sanitize_config``: derives three sim_cfg flags from the sensors (in place)."""
         if not isinstance(config, Configuration):
             raise TypeError(f"Simulator: expected habitat_sim.Configuration, got {type(config).__name__}")
+        specs = [s for a in config.agents for s in a.sensor_specifications]
+        config.sim_cfg.create_renderer = len(specs) > 0
+        config.sim_cfg.load_semantic_mesh = config.sim_cfg.load_semantic_mesh or any(
+            s.sensor_type == SensorType.SEMANTIC for s in specs)
+        config.sim_cfg.requires_textures = any(s.sensor_type == SensorType.COLOR for s in specs)
+
+    def _configure(self, config):
         if len(config.agents) == 0:
             raise RuntimeError("Config has no agents specified.  Must specify at least 1 agent")
         scene = config.sim_cfg.scene_id
@@ -771,15 +860,17 @@ class Simulator(_Strict):
         if len(set(uuids)) != len(uuids):
             raise AssertionError(f"Error, duplicate sensor uuids {uuids}")
         pathfinder = PathFinder(world)
-        # habitat-sim 0.2's _config_pathfinder loads <scene>.navmesh when present; 0.3 loads the
-        # dataset's navmesh in C++: model both (the backend must not depend on either)
+        # Simulator.cpp (0.2.5+) loads <scene>.navmesh, or the dataset's navmesh, in C++ while it
+        # creates the scene: no Python load_nav_mesh call; _config_pathfinder only seeds
         sibling = os.path.splitext(scene)[0] + ".navmesh"
         if os.path.isfile(sibling):
-            pathfinder.load_nav_mesh(sibling)
+            pathfinder._values.update(loaded=True, islands=list(world.islands), loaded_from=sibling)
         elif world.dataset_navmesh:
             pathfinder._values.update(loaded=True, islands=list(world.islands), loaded_from="<dataset>")
         pathfinder.seed(config.sim_cfg.random_seed)
-        self._values.update(config=config, world=world, pathfinder=pathfinder, agents=[Agent(self, agent_cfg)])
+        self._values["resident_scenes"].append(scene)  # the ResourceManager keeps it until close()
+        self._values.update(config=config, world=world, pathfinder=pathfinder, agents=[Agent(self, agent_cfg)],
+                            closed=False)
 
     @property
     def config(self):
@@ -800,6 +891,8 @@ class Simulator(_Strict):
     @property
     def semantic_scene(self):
         world = self._values["world"]
+        if world is None or not world.semantic_descriptor:  # no descriptor: a null semantic scene
+            return None
         objs = []
         for entry in world.objects:
             if entry is None:
@@ -811,7 +904,8 @@ class Simulator(_Strict):
         return SemanticScene(objs)
 
     def reconfigure(self, configuration):
-        if configuration is not self._values["config"]:
+        self._sanitize(configuration)
+        if configuration != self._values["config"]:  # equal by value: nothing happens, even after close()
             self._configure(configuration)
 
     def seed(self, new_seed):
@@ -820,7 +914,11 @@ class Simulator(_Strict):
         self.pathfinder.seed(new_seed)
 
     def close(self, destroy=True):
-        self._values["closed"] = True
+        _bool(destroy, "Simulator.close(destroy)")
+        self._values["close_calls"].append(destroy)
+        # Python close drops sensors and agents; C++ close drops the ResourceManager (every
+        # loaded asset), the scene and the pathfinder
+        self._values.update(closed=True, pathfinder=None, agents=[], world=None, resident_scenes=[])
 
     def get_agent(self, agent_id):
         return self._values["agents"][_int(agent_id, "get_agent(agent_id)")]
@@ -843,11 +941,16 @@ class Simulator(_Strict):
         if not isinstance(agent_ids, int):
             raise NotImplementedError("fake: only the single-agent form is modelled")
         agent_cfg = self.config.agents[agent_ids]
-        render = self._values["world"].render or _default_render
+        world = self._values["world"]
+        render = world.render or _default_render
+        misaligned = world.mp3d and self.config.sim_cfg.scene_dataset_config_file == "default"
         out = {}
         for spec in agent_cfg.sensor_specifications:
             h, w = spec.resolution
-            out[spec.uuid] = render(spec.sensor_type, h, w)
+            frame = render(spec.sensor_type, h, w)
+            if misaligned and spec.sensor_type == SensorType.SEMANTIC:
+                frame = np.ascontiguousarray(frame[::-1, ::-1])  # semantic mesh in the render mesh's frame
+            out[spec.uuid] = frame
         return out
 
     def step(self, action, dt=1.0 / 60.0):
@@ -862,9 +965,13 @@ class Simulator(_Strict):
 
 # ---------------------------------------------------------------------------- installation
 class FakeHabitat:
-    """The registry a test sees: scenes by ``scene_id`` and every simulator built."""
+    """The registry a test sees: scenes by ``scene_id``, every simulator built, the release modelled."""
 
-    def __init__(self):
+    def __init__(self, version="0.3.3"):
+        if version not in VERSIONS:
+            raise ValueError(f"fake habitat-sim models {sorted(VERSIONS)}, not {version!r}")
+        self.version = version
+        self.release = VERSIONS[version]
         self.worlds: dict[str, World] = {}
         self.simulators: list[Simulator] = []
         self.created: dict[str, int] = {}
@@ -886,17 +993,19 @@ def _counting(cls, hub):
     return make
 
 
-def install(monkeypatch) -> FakeHabitat:
-    """Put a fresh fake ``habitat_sim`` (with ``habitat_sim.agent``/``.nav``) into sys.modules."""
+def install(monkeypatch, version="0.3.3", egl=True) -> FakeHabitat:
+    """Put a fresh fake ``habitat_sim`` (with ``habitat_sim.agent``/``.nav``) of release ``version``
+    into sys.modules, a ``magnum`` with ``TARGET_EGL=egl`` beside it, and the distribution's
+    metadata where ``importlib.metadata.version`` finds it."""
     global _HUB
-    _HUB = FakeHabitat()
+    _HUB = FakeHabitat(version)
     _C_RAND["rng"] = np.random.default_rng(0)
     agent = types.ModuleType("habitat_sim.agent")
     for obj in (AgentConfiguration, AgentState, ActionSpec, ActuationSpec, Agent):
         setattr(agent, obj.__name__, obj)
     nav = types.ModuleType("habitat_sim.nav")
     root = types.ModuleType("habitat_sim")
-    root.__version__ = "0.2-0.3 fake"
+    root.__version__ = _HUB.release["module"]
     for obj in (ShortestPath, MultiGoalShortestPath, NavMeshSettings, PathFinder):
         setattr(nav, obj.__name__, _counting(obj, _HUB))
         setattr(root, obj.__name__, getattr(nav, obj.__name__))
@@ -907,4 +1016,23 @@ def install(monkeypatch) -> FakeHabitat:
     monkeypatch.setitem(sys.modules, "habitat_sim", root)
     monkeypatch.setitem(sys.modules, "habitat_sim.agent", agent)
     monkeypatch.setitem(sys.modules, "habitat_sim.nav", nav)
+    magnum = types.ModuleType("magnum")
+    magnum.TARGET_EGL = bool(egl)
+    monkeypatch.setitem(sys.modules, "magnum", magnum)
+    _install_metadata(monkeypatch, version)
     return _HUB
+
+
+def _install_metadata(monkeypatch, version):
+    """``importlib.metadata.version("habitat-sim")`` answers the installed release (setup.py
+    names the distribution ``habitat_sim``); every other name is looked up as usual."""
+    from importlib import metadata
+
+    real = metadata.version
+
+    def version_of(name):
+        if name.lower().replace("-", "_") == "habitat_sim":
+            return version
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version_of)

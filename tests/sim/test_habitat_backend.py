@@ -61,10 +61,18 @@ OBJECTS = [
 ]
 
 
-@pytest.fixture
-def hab(monkeypatch, tmp_path):
+def install(monkeypatch, version="0.3.3", egl=True):
+    """The fake habitat-sim of ``version``, installed next to the numpy its release pins."""
+    hub = fake.install(monkeypatch, version=version, egl=egl)
+    monkeypatch.setattr("ivln_ce.sim.habitat._numpy_version", lambda: fake.PAIRED_NUMPY[version])
+    return hub
+
+
+@pytest.fixture(params=["0.2.5", "0.3.3"])
+def hab(request, monkeypatch, tmp_path):
+    """Every backend test runs against both modelled releases."""
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    hub = fake.install(monkeypatch)
+    hub = install(monkeypatch, request.param)
     scene = str(tmp_path / "room.glb")
     (tmp_path / "room.navmesh").write_bytes(b"fake navmesh")
     hub.worlds[scene] = fake.World([ROOM, CLOSET], objects=OBJECTS, render=_render)
@@ -100,13 +108,15 @@ def test_fake_rejects_what_the_real_api_lacks(hab):
 
 
 # ---------------------------------------------------------------------------- set-up
-def test_configuration_reaches_habitat_sim(hab, monkeypatch):
+def test_configuration_reaches_habitat_sim(hab, monkeypatch, tmp_path):
     monkeypatch.setenv("LOCAL_RANK", "5")  # an explicit device wins over the local rank
-    sim = make(hab, "simulator.gpu_device_id=2", "simulator.scene_dataset_config=/data/mp3d.scene_dataset_config.json", seed=107)
+    dataset = tmp_path / "mp3d.scene_dataset_config.json"
+    dataset.write_text("{}")
+    sim = make(hab, "simulator.gpu_device_id=2", f"simulator.scene_dataset_config={dataset}", seed=107)
     config = hab.sim.config
     sc = config.sim_cfg
     assert sc.scene_id == hab.scene
-    assert sc.scene_dataset_config_file == "/data/mp3d.scene_dataset_config.json"
+    assert sc.scene_dataset_config_file == str(dataset)
     assert sc.gpu_device_id == 2 and hab.sim.gpu_device == 2
     assert sc.random_seed == 107
     assert sc.allow_sliding is True and sc.enable_physics is False
@@ -163,7 +173,9 @@ def test_shipped_navmesh_is_loaded_and_reported(hab):
     navmesh = hab.scene[: -len(".glb")] + ".navmesh"
     assert sim.navmesh_source == navmesh
     calls = hab.sim.pathfinder._values["calls"]
-    assert calls.count(("load_nav_mesh", navmesh)) == 2  # habitat-sim's own load, then ours
+    # habitat-sim 0.2.5+ loads it in C++ (no Python call); the backend loads it once more
+    assert calls.count(("load_nav_mesh", navmesh)) == 1
+    assert hab.sim.pathfinder._values["loaded_from"] == navmesh
     assert hab.sim._values["recomputes"] == []
     assert isinstance(sim, Simulator)
 
@@ -184,9 +196,11 @@ def test_navmesh_found_by_the_dataset_is_kept(hab, tmp_path):
     scene = str(tmp_path / "ds.glb")
     hab.worlds[scene] = fake.World([ROOM], dataset_navmesh=True)
     hab.scene = scene
-    sim = make(hab, "simulator.scene_dataset_config=mp3d.scene_dataset_config.json", sensors=())
+    dataset = tmp_path / "mp3d.scene_dataset_config.json"
+    dataset.write_text("{}")
+    sim = make(hab, f"simulator.scene_dataset_config={dataset}", sensors=())
     assert hab.sim._values["recomputes"] == []
-    assert sim.navmesh_source == "loaded by habitat-sim from the scene dataset (mp3d.scene_dataset_config.json)"
+    assert sim.navmesh_source == f"loaded by habitat-sim from the scene dataset ({dataset})"
 
 
 def test_navmesh_source_before_loading_and_for_the_embedded_grid():
@@ -372,3 +386,288 @@ def test_generated_houses_keep_their_classes_under_the_exact_rule():
     for seed in range(4):
         for obj in generate_house(seed).objects:
             assert obj.class_id == normalising(obj.mpcat40, obj.category), obj.name
+
+
+# ---------------------------------------------------------------------------- MP3D semantics (issue 14)
+def mp3d_scene(hub, root, scan="scan1", house=True, **world):
+    """A scan in the standard MP3D layout: <root>/mp3d/<scan>/<scan>.glb, .navmesh, .house."""
+    folder = root / "mp3d" / scan
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{scan}.navmesh").write_bytes(b"fake navmesh")
+    if house:
+        (folder / f"{scan}.house").write_text("ASCII 1.1\n")
+    scene = str(folder / f"{scan}.glb")
+    hub.worlds[scene] = fake.World([ROOM], objects=OBJECTS, render=_render, mp3d=True, **world)
+    return scene
+
+
+def test_fake_renders_mp3d_semantics_misaligned_without_the_dataset_config(monkeypatch, tmp_path):
+    """What the backend guards against: real habitat-sim gives no error, only wrong frames."""
+    hub = install(monkeypatch)
+    import habitat_sim
+
+    scene = mp3d_scene(hub, tmp_path)
+
+    def semantic_frame(dataset):
+        sim_cfg = habitat_sim.SimulatorConfiguration()
+        sim_cfg.scene_id = scene
+        if dataset:
+            sim_cfg.scene_dataset_config_file = dataset
+        spec = habitat_sim.CameraSensorSpec()
+        spec.uuid, spec.sensor_type, spec.resolution = "semantic", habitat_sim.SensorType.SEMANTIC, [H, W]
+        agent = habitat_sim.agent.AgentConfiguration()
+        agent.sensor_specifications = [spec]
+        return habitat_sim.Simulator(habitat_sim.Configuration(sim_cfg, [agent])).get_sensor_observations()["semantic"]
+
+    aligned = _render(fake.SensorType.SEMANTIC, H, W)
+    np.testing.assert_array_equal(semantic_frame("mp3d.scene_dataset_config.json"), aligned)
+    assert not np.array_equal(semantic_frame(None), aligned)
+
+
+def test_semantic_sensor_on_mp3d_needs_the_scene_dataset_config(hab, tmp_path):
+    hab.scene = mp3d_scene(hab, tmp_path)
+    expected = tmp_path / "mp3d" / "mp3d.scene_dataset_config.json"
+    with pytest.raises(SimulatorError, match=r"simulator.scene_dataset_config.*not there") as err:
+        make(hab)
+    assert hab.scene in str(err.value) and str(expected) in str(err.value)
+    assert hab.simulators == []  # refused before habitat-sim renders anything
+    expected.write_text("{}")
+    with pytest.raises(SimulatorError, match="it is there"):
+        make(hab)
+    sim = make(hab, f"simulator.scene_dataset_config={expected}")
+    obs = sim.get_observations()
+    np.testing.assert_array_equal(obs.semantic[1, :7], [3, 5, 7, 8, 9, 2, 250])  # aligned
+    assert make(hab, sensors=("rgb", "depth")).scene_id == hab.scene  # no semantic sensor: no need
+
+
+def test_an_mp3d_folder_alone_marks_the_scene(hab, tmp_path):
+    hab.scene = mp3d_scene(hab, tmp_path, house=False)  # .house missing but under mp3d/
+    with pytest.raises(SimulatorError, match="scene_dataset_config"):
+        make(hab)
+
+
+def test_a_configured_dataset_config_must_exist(hab, tmp_path):
+    missing = tmp_path / "nowhere" / "mp3d.scene_dataset_config.json"
+    with pytest.raises(SimulatorError, match=rf"simulator.scene_dataset_config: {missing} does not exist"):
+        make(hab, f"simulator.scene_dataset_config={missing}")
+
+
+def test_paper_recipes_set_the_mp3d_dataset_config():
+    from pathlib import Path
+
+    paper = Path(__file__).resolve().parents[2] / "configs" / "paper"
+    recipes = [p for p in paper.rglob("*.yaml") if p.name != "_common.yaml"]
+    assert recipes
+    for recipe in recipes:
+        c = load_config(recipe, ["policy.checkpoint=x.pth", "policy.name=cma"])  # the keys recipes leave open
+        assert c.simulator.scene_dataset_config == "data/scene_datasets/mp3d/mp3d.scene_dataset_config.json", recipe
+
+
+# ---------------------------------------------------------------------------- scene changes (issue 15)
+def test_scene_change_closes_the_previous_scene_first(hab, tmp_path):
+    sim = make(hab, sensors=())
+    first = hab.scene
+    others = []
+    for name in ("b", "c"):
+        scene = str(tmp_path / f"{name}.glb")
+        hab.worlds[scene] = fake.World([ROOM])
+        others.append(scene)
+        sim.load_scene(scene)
+    assert len(hab.simulators) == 1  # one habitat-sim simulator, reconfigured
+    assert hab.sim._values["close_calls"] == [False, False]  # close(destroy=False), as habitat-lab
+    assert hab.sim._values["resident_scenes"] == [others[-1]]  # earlier scenes released
+    sim.load_scene(first)  # back to the first scene: a different configuration again
+    assert hab.sim._values["resident_scenes"] == [first]
+    assert sim.geodesic_distance([1.0, 0.0, 1.0], [4.0, 0.0, 1.0]) == pytest.approx(3.0)
+    sim.load_scene(first)  # the same scene: nothing happens
+    assert hab.sim._values["close_calls"] == [False, False, False]
+
+
+def test_fake_reconfigure_keeps_assets_and_is_a_no_op_for_an_equal_config(monkeypatch, tmp_path):
+    hub = install(monkeypatch)
+    import habitat_sim
+
+    scenes = [str(tmp_path / f"{n}.glb") for n in "ab"]
+
+    def config(scene):
+        sim_cfg = habitat_sim.SimulatorConfiguration()
+        sim_cfg.scene_id = scene
+        return habitat_sim.Configuration(sim_cfg, [habitat_sim.agent.AgentConfiguration()])
+
+    for scene in scenes:
+        hub.worlds[scene] = fake.World([ROOM], dataset_navmesh=True)
+    sim = habitat_sim.Simulator(config(scenes[0]))
+    sim.reconfigure(config(scenes[1]))
+    assert sim._values["resident_scenes"] == scenes  # reconfigure alone keeps the first scene
+    sim.close(destroy=False)
+    sim.reconfigure(config(scenes[1]))  # equal by value to the current config: a no-op
+    assert sim.pathfinder is None
+
+
+# ---------------------------------------------------------------------------- failures (issue 16)
+def test_a_missing_semantic_scene_is_a_clear_error(hab):
+    hab.worlds[hab.scene].semantic_descriptor = False
+    with pytest.raises(SimulatorError, match="loaded no semantic scene") as err:
+        make(hab)
+    assert hab.scene in str(err.value) and "room.house" in str(err.value)
+
+
+def test_empty_semantic_annotations_are_an_error_not_all_void(hab):
+    hab.worlds[hab.scene].objects = [None]
+    with pytest.raises(SimulatorError, match=r"no objects.*room.house are missing"):
+        make(hab)
+    assert make(hab, sensors=("rgb", "depth")).scene_id == hab.scene  # only the semantic sensor needs them
+
+
+def test_sampling_on_a_navmesh_without_area_names_the_scene(hab, tmp_path):
+    scene = str(tmp_path / "flat.glb")
+    (tmp_path / "flat.navmesh").write_bytes(b"fake navmesh")
+    hab.worlds[scene] = fake.World([fake.Rect(0.0, 0.0, 0.0, 0.0)])  # no navigable area
+    hab.scene = scene
+    sim = make(hab, sensors=())
+    with pytest.raises(SimulatorError, match="no navigable area") as err:
+        sim.sample_navigable_point(np.random.default_rng(0))
+    assert scene in str(err.value)
+
+
+def test_a_failed_load_leaves_nothing_a_retry_would_skip(hab, tmp_path):
+    sim = make(hab, sensors=("semantic",))
+    other = str(tmp_path / "other.glb")
+    (tmp_path / "other.navmesh").write_bytes(b"fake navmesh")
+    hab.worlds[other] = fake.World([ROOM], objects=OBJECTS, render=_render, semantic_descriptor=False)
+    with pytest.raises(SimulatorError, match="other.glb"):
+        sim.load_scene(other)
+    assert sim.scene_id is None
+    with pytest.raises(SimulatorError, match="no scene loaded"):
+        sim.get_observations()
+    hab.worlds[other].semantic_descriptor = True  # the annotations are back: the retry loads
+    sim.load_scene(other)
+    assert sim.scene_id == other and sim.navmesh_source.endswith("other.navmesh")
+    np.testing.assert_array_equal(sim.get_observations().semantic12[1, :7], [3, 6, 0, 8, 0, 0, 0])
+    assert sim.geodesic_distance([1.0, 0.0, 1.0], [4.0, 0.0, 1.0]) == pytest.approx(3.0)
+
+
+def test_habitat_sim_load_errors_name_the_scene(hab, tmp_path):
+    sim = make(hab, sensors=())
+    unknown = str(tmp_path / "unknown.glb")
+    with pytest.raises(SimulatorError, match=rf"{unknown}: habitat-sim could not load the scene: RuntimeError"):
+        sim.load_scene(unknown)
+    assert sim.scene_id is None
+
+
+# ---------------------------------------------------------------------------- install traps (issue 17)
+@pytest.mark.parametrize("version, expected", [
+    ("0.2.5", "habitat-sim 0.2.5"),
+    ("0.3.3", "habitat-sim 0.3.3"),
+    ("0.3.4", "habitat-sim 0.3.4 (module __version__ 0.3.3)"),  # 0.3.4 did not bump __version__
+])
+def test_the_recorded_version_is_the_installed_distribution(monkeypatch, version, expected):
+    from ivln_ce.sim.habitat import HabitatSimulator
+
+    install(monkeypatch, version)
+    import habitat_sim
+
+    assert habitat_sim.__version__ == fake.VERSIONS[version]["module"]
+    assert HabitatSimulator(cfg()).version == expected
+
+
+def test_numpy_pairing_uses_the_distribution_version(caplog):
+    from ivln_ce.sim.habitat import check_numpy_pairing
+
+    v034 = {"module": "0.3.3", "distribution": "0.3.4"}
+    check_numpy_pairing(v034, "2.2.6")  # right for 0.3.4, although __version__ says 0.3.3
+    with pytest.raises(SimulatorError, match=r"habitat-sim 0.3.4 \(module __version__ 0.3.3\) needs numpy>=2.0,<2.4"):
+        check_numpy_pairing(v034, "1.26.4")
+    with pytest.raises(SimulatorError, match=r"habitat-sim 0.3.3 needs numpy==1.26.4 but numpy 2.1.0"):
+        check_numpy_pairing({"module": "0.3.3", "distribution": "0.3.3"}, "2.1.0")
+    with pytest.raises(SimulatorError, match="numpy>=1.20,<1.24"):
+        check_numpy_pairing({"module": "0.2.5", "distribution": None}, "2.0.0")
+    caplog.clear()
+    check_numpy_pairing({"module": "0.3.3", "distribution": "0.3.3"}, "1.26.4")
+    assert not caplog.records
+    check_numpy_pairing({"module": "0.2.5", "distribution": "0.2.5"}, "1.26.4")  # the documented 0.2.5 set-up
+    assert "pins numpy>=1.20,<1.24; running with numpy 1.26.4" in caplog.text
+
+
+def test_numpy_across_the_2_0_line_is_refused_before_habitat_sim_starts(monkeypatch):
+    hub = install(monkeypatch, "0.3.3")
+    monkeypatch.setattr("ivln_ce.sim.habitat._numpy_version", lambda: "2.4.6")
+    scene = "room.glb"
+    hub.worlds[scene] = fake.World([ROOM])
+    hub.scene = scene
+    with pytest.raises(SimulatorError, match="different numpy ABIs"):
+        make(hub, sensors=())
+    assert hub.simulators == []
+
+
+def test_a_glx_build_is_refused_for_another_gpu_before_it_aborts(monkeypatch, tmp_path):
+    hub = install(monkeypatch, egl=False)
+    scene = str(tmp_path / "room.glb")
+    hub.worlds[scene] = fake.World([ROOM], dataset_navmesh=True)
+    hub.scene = scene
+    monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun rank 1 renders on GPU 1
+    monkeypatch.setenv("DISPLAY", ":0")
+    with pytest.raises(SimulatorError, match=r"resolves to 1 \(LOCAL_RANK=1\).*GLX.*TARGET_EGL"):
+        make(hub, sensors=())
+    assert hub.simulators == []
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert make(hub, sensors=()).scene_id == scene  # GPU 0 with a display works
+    monkeypatch.delenv("DISPLAY")
+    with pytest.raises(SimulatorError, match="DISPLAY is not set"):
+        make(hub, sensors=())
+    egl = install(monkeypatch, egl=True)  # an EGL build renders on any GPU, without a display
+    egl.worlds[scene], egl.scene = fake.World([ROOM], dataset_navmesh=True), scene
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert make(egl, sensors=()).gpu_device_id == 1
+
+
+# ---------------------------------------------------------------------------- the fake's versions (issue 18)
+def test_fake_points_follow_each_release(monkeypatch):
+    """Eigen vec3f (0.2.5) converts integers; Magnum Vector3 (0.3.3+) takes only floats."""
+    install(monkeypatch, "0.2.5")
+    import habitat_sim
+
+    spec = habitat_sim.CameraSensorSpec()
+    spec.position = [0, 1, 0]
+    spec.position = np.array([0, 1, 0])
+    install(monkeypatch, "0.3.3")
+    import habitat_sim
+
+    spec = habitat_sim.CameraSensorSpec()
+    with pytest.raises(TypeError, match="Python floats"):
+        spec.position = [0, 1, 0]
+    with pytest.raises(TypeError, match="float buffer"):
+        spec.position = np.array([0, 1, 0])
+    spec.position = [0.0, 1.25, 0.0]
+    spec.position = np.array([0.0, 1.25, 0.0], np.float32)
+
+
+def test_fake_multigoal_path_keeps_stale_end_flags(monkeypatch):
+    """PathFinder keeps endIsValid across requested_ends assignments (the backend never re-assigns)."""
+    hub = install(monkeypatch)
+    import habitat_sim
+
+    pathfinder = fake.PathFinder(fake.World([ROOM]))
+    pathfinder._values.update(loaded=True, islands=[ROOM])
+    path = habitat_sim.MultiGoalShortestPath()
+    path.requested_start = np.array([1.0, 0.0, 1.0], np.float32)
+    path.requested_ends = np.array([[50.0, 0.0, 50.0], [4.0, 0.0, 1.0]], np.float32)
+    assert pathfinder.find_path(path) and path.geodesic_distance == pytest.approx(3.0)  # unsnappable end skipped
+    path.requested_ends = np.array([[2.0, 0.0, 1.0], [50.0, 0.0, 50.0]], np.float32)
+    assert not pathfinder.find_path(path)  # end 0 still flagged invalid from the first assignment
+    fresh = habitat_sim.MultiGoalShortestPath()
+    fresh.requested_start = path.requested_start
+    fresh.requested_ends = np.array([[2.0, 0.0, 1.0]], np.float32)
+    assert pathfinder.find_path(fresh) and fresh.geodesic_distance == pytest.approx(1.0)
+    assert hub.version == "0.3.3"
+
+
+def test_the_results_manifest_records_the_habitat_version(monkeypatch):
+    from ivln_ce.evaluation.evaluator import simulator_record
+    from ivln_ce.sim.habitat import HabitatSimulator
+
+    install(monkeypatch, "0.3.4")
+    worker = {"navmesh": "a.navmesh", "sim_version": HabitatSimulator(cfg()).version}  # a worker's ready message
+    assert simulator_record("habitat", [worker, dict(worker)]) == {
+        "backend": "habitat", "navmesh": ["a.navmesh"], "version": ["habitat-sim 0.3.4 (module __version__ 0.3.3)"]}
+    assert simulator_record("embedded", [{"navmesh": "grid", "sim_version": None}]) == {"backend": "embedded", "navmesh": ["grid"]}
