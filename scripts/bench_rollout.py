@@ -89,7 +89,7 @@ def _baseline_worker(base: list[str], tours: list[int], device: str, queue) -> N
     torch.set_num_threads(1)
     from ivln_ce.env.tour_env import TourEnv
     from ivln_ce.evaluation.evaluator import load_split
-    from ivln_ce.rollout.engine import StreamView
+    from ivln_ce.rollout.streams import StreamView
     from ivln_ce.rollout.observations import ObservationPipeline
     from ivln_ce.rollout.policy_agent import PolicyAgent
     from ivln_ce.sim import make_simulator

@@ -18,7 +18,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -79,10 +79,10 @@ def format_checkpoint_table(rows: list[dict], best: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evaluate_checkpoint_folder(cfg: DictConfig, rank: int | None = None, world_size: int | None = None,
-                               show_progress: bool = True) -> dict[str, Any] | None:
-    from ivln_ce.evaluation.evaluator import evaluate
-
+def evaluate_checkpoint_folder(cfg: DictConfig, evaluate: Callable[..., dict[str, Any] | None], rank: int | None = None,
+                               world_size: int | None = None, show_progress: bool = True) -> dict[str, Any] | None:
+    """Evaluate every checkpoint of the folder ``policy.checkpoint`` with ``evaluate`` (the
+    evaluator's, passed in so that this module stays below it)."""
     folder = Path(cfg.policy.checkpoint)
     results = Path(cfg.results_dir)
     split = cfg.eval.split

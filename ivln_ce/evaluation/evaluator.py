@@ -506,7 +506,7 @@ def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_pr
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 
-        return evaluate_checkpoint_folder(cfg, rank=rank, world_size=world_size, show_progress=show_progress)
+        return evaluate_checkpoint_folder(cfg, evaluate, rank=rank, world_size=world_size, show_progress=show_progress)
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint:
         from ivln_ce.models.factory import check_checkpoint_file
 

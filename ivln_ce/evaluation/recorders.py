@@ -17,7 +17,7 @@ import numpy as np
 
 from ivln_ce.data.jsonio import atomic_write_bytes
 from ivln_ce.env.tour_env import TourItem
-from ivln_ce.rollout.engine import StreamView
+from ivln_ce.rollout.streams import StreamView
 from ivln_ce.rollout.records import TourResult
 
 

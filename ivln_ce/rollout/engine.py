@@ -38,24 +38,8 @@ from ivln_ce.config import EnvConfig, SimulatorConfig, as_dataclass
 from ivln_ce.data.episodes import ReferenceTrajectory
 from ivln_ce.env.tour_env import TourItem
 from ivln_ce.rollout.records import TourResult
+from ivln_ce.rollout.streams import StreamView
 from ivln_ce.rollout.worker import EnvWorker, WorkerSpec, receive_any
-
-
-@dataclass
-class StreamView:
-    """One active stream's current observation, as ``decide`` sees it."""
-
-    stream_id: str
-    worker: int
-    tour_index: int
-    tour_id: str
-    scan: str
-    obs: dict[str, np.ndarray]
-    info: dict[str, Any]
-    #: True on the first observation of the stream (the tour's reset)
-    first: bool = False
-    #: the action the environment executed to produce this observation (None after a reset)
-    executed_action: int | None = None
 
 
 @dataclass

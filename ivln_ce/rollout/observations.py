@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ivln_ce.rollout.engine import StreamView
+from ivln_ce.rollout.streams import StreamView
 
 
 class ObservationPipeline:

@@ -20,7 +20,7 @@ import torch
 from omegaconf import DictConfig
 
 from ivln_ce.config import PolicyName
-from ivln_ce.rollout.engine import StreamView
+from ivln_ce.rollout.streams import StreamView
 
 LATENT = {PolicyName.cma, PolicyName.tour_cma, PolicyName.pool_cma, PolicyName.pool_end_cma}
 

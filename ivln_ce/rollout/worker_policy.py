@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ivln_ce.rollout.engine import StreamView
+from ivln_ce.rollout.streams import StreamView
 
 
 class WorkerPolicy:

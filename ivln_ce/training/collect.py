@@ -39,7 +39,8 @@ import torch
 from ivln_ce.data.episodes import Episode as DataEpisode
 from ivln_ce.data.tours import Tour
 from ivln_ce.env.tour_env import TourItem
-from ivln_ce.rollout.engine import RolloutEngine, StreamView
+from ivln_ce.rollout.engine import RolloutEngine
+from ivln_ce.rollout.streams import StreamView
 from ivln_ce.rollout.policy_agent import tour_key
 from ivln_ce.training.store import Episode, TrajectoryWriter
 
