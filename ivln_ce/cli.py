@@ -69,6 +69,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ivln_ce.rollout.worker import WorkerCrashed
 
     cfg = load_config(args.config, args.overrides)
+    if cfg.eval.agent == "policy":
+        import torch  # noqa: F401  (a learned policy needs it: said before any work, see main)
     try:
         summary = evaluate(cfg)
     except WorkerCrashed as exc:
@@ -568,6 +570,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        print(f"ivln-ce {args.command}: error: this command needs PyTorch, which is not installed in this environment: "
+              f"pip install 'torch>=2.2' (a dependency of ivln-ce; a CPU-only machine can take the smaller CPU build: "
+              f"pip install torch --index-url https://download.pytorch.org/whl/cpu)", file=sys.stderr)
+        return 2
     except (ConfigError, DataFormatError, UsageError, ValueError, OSError) as exc:
         # OSError: unreadable, missing or directory paths. The message may quote odd text from
         # the input (lone surrogates), so it is escaped rather than allowed to fail in print.

@@ -96,3 +96,23 @@ def test_scene_commands_take_a_glb_or_a_folder_with_one(tmp_path, capsys):
     assert "2 .glb files" in capsys.readouterr().err
     assert main(["scene", "view", str(glb.with_suffix(".semantic.json")), "--out", str(tmp_path / "c.png")]) == 2
     assert "expected a scene .glb file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["train", "--config", "configs/embedded/cma.yaml", "train.out_dir=OUT"],
+                                     ["eval", "--config", "configs/embedded/cma.yaml", "eval.agent=policy", "results_dir=OUT"]])
+def test_commands_that_need_torch_say_what_to_install_when_it_is_missing(tmp_path, command):
+    """In an environment without torch (blocked here), a command that needs it exits 2 with the
+    install line instead of a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in command] + [f"data.root={tmp_path / 'nodata'}"]
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from ivln_ce.cli import main\n"
+            f"sys.exit(main({argv!r}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "this command needs PyTorch" in run.stderr and "pip install 'torch>=2.2'" in run.stderr
+    assert "Traceback" not in run.stderr
