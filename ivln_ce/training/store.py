@@ -174,6 +174,40 @@ class TrajectoryWriter:
         self.close()
 
 
+#: array kinds a store holds (bool, integers, floats): nothing that needs code to rebuild
+_KINDS = "biuf"
+#: the largest array one episode field may declare (a forged shape must not allocate more)
+MAX_FIELD_BYTES = 1 << 30
+
+
+def _decode_field(spec: Any, blob: memoryview, pos: int, where: str) -> tuple[str, np.ndarray, int]:
+    """One stored array, validated before anything is allocated: its declared dtype, shape and
+    byte counts must agree with the blob, and a compressed one inflates to exactly its size."""
+    try:
+        name, shape, nbytes, codec = spec["name"], spec["shape"], spec["nbytes"], spec["codec"]
+        dtype = np.dtype(spec["dtype"])
+        per_step = spec["per_step"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"{where}: malformed field spec ({exc!r})") from None
+    if not (isinstance(name, str) and isinstance(per_step, bool) and codec in CODECS and dtype.kind in _KINDS
+            and isinstance(shape, list) and len(shape) <= 8 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+            and isinstance(nbytes, int) and not isinstance(nbytes, bool) and 0 <= nbytes <= len(blob) - pos):
+        raise StoreError(f"{where}: malformed field spec (name, dtype, shape, byte count or codec)")
+    size = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    if size > MAX_FIELD_BYTES:
+        raise StoreError(f"{where} ({name}): declares {size} bytes, more than the {MAX_FIELD_BYTES} a field may hold")
+    raw = blob[pos:pos + nbytes]
+    if codec == "zlib":
+        inflater = zlib.decompressobj()
+        try:
+            raw = inflater.decompress(raw, size + 1)
+        except zlib.error as exc:
+            raise StoreError(f"{where} ({name}): corrupt compressed data ({exc})") from None
+    if len(raw) != size:
+        raise StoreError(f"{where} ({name}): holds {len(raw)} bytes, its shape {shape} of {dtype} needs {size}")
+    return name, np.frombuffer(raw, dtype=dtype).reshape(shape), nbytes
+
+
 class TrajectoryStore:
     """Reads every shard of a store: ``len(store)``, ``store[i]`` (an ``Episode``), ``lengths()``.
 
@@ -237,32 +271,44 @@ class TrajectoryStore:
             mm = self._map(shard)
         return memoryview(mm)[offset:offset + length]
 
+    def _where(self, i: int) -> str:
+        shard, offset = self._entries[i][0], self._entries[i][1]
+        return f"{self.root / (shard + '.data')}: episode {i} (offset {offset})"
+
+    def _header(self, i: int, blob: memoryview) -> tuple[dict[str, Any], int]:
+        """The episode's header and where its arrays start; a malformed one is a ``StoreError``."""
+        if len(blob) < _HEAD.size:
+            raise StoreError(f"{self._where(i)}: shorter than its header length")
+        (hlen,) = _HEAD.unpack_from(blob, 0)
+        if hlen > MAX_HEADER or _HEAD.size + hlen > len(blob):
+            raise StoreError(f"{self._where(i)}: corrupt header length {hlen}")
+        try:
+            header = json.loads(bytes(blob[_HEAD.size:_HEAD.size + hlen]))
+        except (ValueError, RecursionError) as exc:
+            raise StoreError(f"{self._where(i)}: unreadable header ({exc})") from None
+        if not (isinstance(header, dict) and isinstance(header.get("meta"), dict) and isinstance(header.get("fields"), list)):
+            raise StoreError(f"{self._where(i)}: header without 'meta' and 'fields'")
+        return header, _HEAD.size + hlen
+
     def meta(self, i: int) -> dict[str, Any]:
         """An episode's metadata only (its header; no array is read)."""
-        blob = self._blob(i)
-        (hlen,) = _HEAD.unpack_from(blob, 0)
-        if hlen > MAX_HEADER:
-            raise StoreError(f"{self.root}: episode {i} has a corrupt header")
-        return json.loads(bytes(blob[4:4 + hlen]))["meta"]
+        return self._header(i, self._blob(i))[0]["meta"]
 
     def __getitem__(self, i: int) -> Episode:
         shard, offset, length, crc, steps = self._entries[i]
         blob = self._blob(i)
         if zlib.crc32(blob) != crc:
-            raise StoreError(f"{self.root / (shard + '.data')}: episode {i} (offset {offset}) fails its checksum")
-        (hlen,) = _HEAD.unpack_from(blob, 0)
-        header = json.loads(bytes(blob[4:4 + hlen]))
-        pos = 4 + hlen
+            raise StoreError(f"{self._where(i)}: fails its checksum")
+        header, pos = self._header(i, blob)
+        if header["meta"].get("steps") != steps:
+            raise StoreError(f"{self._where(i)}: its header says {header['meta'].get('steps')!r} steps, its index entry {steps}")
         ep = Episode(header["meta"])
-        for spec in header["fields"]:
-            raw = blob[pos:pos + spec["nbytes"]]
-            pos += spec["nbytes"]
-            dtype = np.dtype(spec["dtype"])
-            if spec["codec"] == "zlib":
-                arr = np.frombuffer(zlib.decompress(raw), dtype=dtype).reshape(spec["shape"])
-            else:
-                arr = np.frombuffer(raw, dtype=dtype).reshape(spec["shape"])
-            (ep.steps if spec["per_step"] else ep.constants)[spec["name"]] = arr
+        for k, spec in enumerate(header["fields"]):
+            name, arr, nbytes = _decode_field(spec, blob, pos, f"{self._where(i)}: field {k}")
+            pos += nbytes
+            if spec["per_step"] and arr.shape[:1] != (steps,):
+                raise StoreError(f"{self._where(i)} ({name}): {arr.shape[:1]} rows for {steps} steps")
+            (ep.steps if spec["per_step"] else ep.constants)[name] = arr
         return ep
 
     def verify(self, lengths: Mapping[str, int] | None = None) -> None:
