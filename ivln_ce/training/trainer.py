@@ -215,13 +215,33 @@ def load_resume(out: Path, fingerprint: str, policy, opt) -> RunState | None:
         unknown = sorted(set(saved_state) - fields) if isinstance(saved_state, dict) else "no state"
         raise TrainError(f"{f}: not a resume state of this version (unknown or missing fields: {unknown}); "
                          f"train into another train.out_dir")
+    bad = _bad_state_fields(saved_state)
+    if bad:
+        raise TrainError(f"{f}: damaged resume state (field(s) {bad} of the wrong type); train into another train.out_dir")
     try:
         policy.load_state_dict(saved["policy"])
         opt.load_state_dict(saved["optim"])
         torch.set_rng_state(saved["rng"]["torch"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
         raise TrainError(f"{f}: damaged resume state ({exc}); train into another train.out_dir") from exc
     return RunState(**saved_state)
+
+
+def _bad_state_fields(state: dict) -> list[str]:
+    """The fields of a saved ``RunState`` whose values have the wrong type or sign."""
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def cursor(v):
+        return isinstance(v, dict) and all(isinstance(k, str) and count(n) for k, n in v.items())
+
+    checks = {"round": count, "epoch": count, "step": count, "batch": count, "episodes_collected": count,
+              "steps_collected": count, "replay_rounds": count, "collected": lambda v: isinstance(v, bool),
+              "done": lambda v: isinstance(v, bool), "store": cursor, "replayed": cursor,
+              "checkpoints": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+              "pending_eval": lambda v: v is None or count(v),
+              "lane_states": lambda v: v is None or (isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point())}
+    return sorted(k for k, check in checks.items() if k in state and not check(state[k]))
 
 
 # --------------------------------------------------------------------------- losses

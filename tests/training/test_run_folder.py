@@ -130,3 +130,25 @@ def test_resume_states_of_another_version_and_failed_saves_are_named_errors(tmp_
     with pytest.raises(OSError, match=r"ckpt.7.pth: could not be written .*file write failed.*disk full"):
         atomic_torch_save({"a": 1}, tmp_path / "ckpt.7.pth")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["resume.pt"]  # no partial file left
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda s: s["state"].update(round="3"), lambda s: s["state"].update(step=-1), lambda s: s["state"].update(collected=1),
+    lambda s: s["state"].update(store={"rank0": "many"}), lambda s: s["state"].update(checkpoints=[1]),
+    lambda s: s["state"].update(lane_states=torch.zeros(2, dtype=torch.long)), lambda s: s.pop("optim"),
+    lambda s: s.update(state=[1, 2]), lambda s: s["policy"].update(weight=torch.zeros(3, 3)),
+    lambda s: s["rng"].update(torch=torch.zeros(3)), lambda s: s.update(rng={}),
+    lambda s: s["optim"].update(param_groups="x"), lambda s: s["state"].update(pending_eval=True),
+], ids=["round-str", "step-negative", "collected-int", "cursor-str", "checkpoints-int", "lane-states-long", "no-optim",
+        "state-list", "policy-shape", "rng-shape", "rng-empty", "optim-groups-str", "pending-eval-bool"])
+def test_damaged_resume_states_are_named_errors(tmp_path, mutate):
+    from ivln_ce.training.trainer import RunState, load_resume, save_resume
+
+    policy = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(policy.parameters())
+    save_resume(tmp_path, "fp", RunState(step=3, store={"rank0": 2}), policy, opt)
+    saved = torch.load(tmp_path / "resume.pt", weights_only=False)
+    mutate(saved)
+    torch.save(saved, tmp_path / "resume.pt")
+    with pytest.raises(TrainError, match=r"resume.pt: (damaged resume state|not a resume state)"):
+        load_resume(tmp_path, "fp", policy, opt)
