@@ -1,1 +1,5 @@
-"""Episodic VLN metrics and tour nDTW over one exact DTW kernel (numpy/numba only)."""
+"""Metrics over paths (numpy / numba only, no torch, no simulator): the one exact DTW kernel
+(``dtw.py``), episodic VLN metrics (``episode.py``), t-nDTW official and paper (``tour.py``),
+t-nDTW warping paths for the report (``alignment.py``) and a slow dtw-python cross-check
+(``windowed_reference.py``). Distances are injected.
+"""

@@ -1,4 +1,9 @@
-"""Simulators behind one protocol (``sim.base.Simulator``): embedded and habitat-sim."""
+"""Simulators behind one protocol (``base.Simulator``; no torch): the embedded backend for generated
+houses (``embedded.py`` with ``render.py``, ``navigation.py``, ``gl_context.py``), the habitat-sim
+backend (``habitat.py``, the only importer of ``habitat_sim``), and the greedy geodesic follower
+used as expert and oracle (``follower.py``). This module picks a backend (``make_simulator``) and
+the render GPU (``resolve_gpu_device``).
+"""
 
 from __future__ import annotations
 
