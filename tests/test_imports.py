@@ -24,3 +24,14 @@ def test_the_checker_finds_a_circle_through_a_function_level_import(tmp_path):
 
 def test_ivln_ce_has_no_import_circle():
     assert check_imports.import_circles(REPO / "ivln_ce") == []
+
+
+def test_every_source_folder_is_a_package_that_an_install_ships():
+    """setuptools' package discovery skips folders without ``__init__.py``: a wheel then lacks
+    them (rollout/ and mapping/ were missing from non-editable installs)."""
+    from setuptools import find_packages
+
+    shipped = set(find_packages(str(REPO), include=["ivln_ce*"]))
+    folders = {".".join(p.relative_to(REPO).parts) for p in (REPO / "ivln_ce").rglob("*")
+               if p.is_dir() and any(p.glob("*.py")) and "__pycache__" not in p.parts}
+    assert folders - shipped == set()
