@@ -44,3 +44,31 @@ def evaluated(tiny_benchmark, tmp_path_factory) -> Path:
         for k in range(8):
             video.add(np.full((64, 64, 3), 30 * k, np.uint8), np.full((64, 64), k / 8.0))
     return results
+
+
+SMALL_RUN, SMALL_TOUR = "random_val_unseen", "0"
+
+
+def trimmed_copy(src: Path, dst: Path) -> Path:
+    """One run, one tour (with its maps, frames and video) of an evaluated folder: small enough
+    to report hundreds of times."""
+    import json
+    import shutil
+
+    dst.mkdir(parents=True)
+    for kind in ("iterative_stats", "manifest"):
+        shutil.copy(src / f"{kind}_ckpt_{SMALL_RUN}.json", dst)
+    for kind in ("iterative_all_stats", "dtw_data", "tours"):
+        whole = json.loads((src / f"{kind}_ckpt_{SMALL_RUN}.json").read_text())
+        (dst / f"{kind}_ckpt_{SMALL_RUN}.json").write_text(json.dumps({SMALL_TOUR: whole[SMALL_TOUR]}))
+    (dst / f"tours_{SMALL_RUN}").mkdir()
+    shutil.copy(src / f"tours_{SMALL_RUN}" / f"{SMALL_TOUR}.json", dst / f"tours_{SMALL_RUN}")
+    for kind in ("maps", "frames", "videos"):
+        shutil.copytree(src / f"{kind}_{SMALL_RUN}" / SMALL_TOUR, dst / f"{kind}_{SMALL_RUN}" / SMALL_TOUR)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def small_results(evaluated, tmp_path_factory) -> Path:
+    """``trimmed_copy`` of ``evaluated``; tests copy it before changing anything."""
+    return trimmed_copy(evaluated, tmp_path_factory.mktemp("small") / "results")

@@ -217,3 +217,41 @@ def test_file_names_match_the_evaluators_encoding():
 
     for ident in ("12", "val_unseen", "a/b", "x y%z", "../up", "é"):
         assert file_component(ident) == recorders.safe_name(ident)
+
+
+HOSTILE_STRINGS = ["<!--", "</script>", "<script>alert(1)</script>", "<!-- x </script>", "a\u2028b\u2029c", 'say "hi"',
+                   "back\\slash \\u003c", "&amp; & <b>", "--><!--", "]]>", "\ud800 lone", "é \u00a0 \U0001F600"]
+
+
+def test_embedded_json_round_trips_any_text():
+    """Every string (as a value and as a key) comes back exactly from the script block's text."""
+    from ivln_ce.viz.report.pages import json_script
+
+    data = {"values": HOSTILE_STRINGS, **{s: k for k, s in enumerate(HOSTILE_STRINGS)}}
+    block = json_script("data", data)
+    p = _Collect()
+    p.feed(f"<body>{block}<p id='after'></p></body>")
+    assert p.json["data"] == data and "after" in p.ids  # one block, closed where it should be
+    inner = block[block.index(">") + 1 : -len("</script>")]
+    assert not set("<>&\u2028\u2029") & set(inner)
+
+
+def test_hostile_strings_in_results_survive_the_pages(small_results, tmp_path):
+    """Strings from the results files reach the pages' JSON unchanged, through build_report."""
+    res = tmp_path / "results"
+    shutil.copytree(small_results, res)
+    f = res / "tours_ckpt_random_val_unseen.json"
+    tours = json.loads(f.read_text())
+    tours["0"]["comments"] = HOSTILE_STRINGS
+    f.write_text(json.dumps(tours))
+    f = res / "iterative_all_stats_ckpt_random_val_unseen.json"
+    stats = json.loads(f.read_text())
+    first = next(iter(stats["0"]))
+    stats["0"][first]["note"] = "<!-- x </script>"
+    f.write_text(json.dumps(stats))
+    rep = build_report(res, tmp_path / "out", progress=False, workers=1)
+    tour = parse(rep.pages[0]).json["tour-data"]
+    assert tour["summary"]["comments"] == HOSTILE_STRINGS
+    assert next(e for e in tour["episodes"] if e["id"] == first)["metrics"]["note"] == "<!-- x </script>"
+    index = parse(rep.index).json["report-data"]
+    assert index["runs"][0]["tours"][0]["tour_id"] == "0"

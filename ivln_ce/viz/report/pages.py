@@ -26,10 +26,20 @@ def clean(obj: Any) -> Any:
     return obj
 
 
+#: characters that could end or re-mode a <script> block, or a line in older JavaScript, and
+#: their JSON escapes: valid JSON that JSON.parse turns back into the exact text
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def embedded_json(data: Any) -> str:
+    """JSON text safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` left
+    (they only occur inside strings, where ``\\u003c`` etc. mean the same), so no string can close
+    the block (``</script>``) or open an HTML comment (``<!--``) that hides its end."""
+    return json.dumps(clean(data), separators=(",", ":"), allow_nan=False).translate(_SCRIPT_SAFE)
+
+
 def json_script(element_id: str, data: Any) -> str:
-    text = json.dumps(clean(data), separators=(",", ":"), allow_nan=False)
-    text = text.replace("</", "<\\/").replace("<!--", "<\\!--")
-    return f'<script type="application/json" id="{element_id}">{text}</script>'
+    return f'<script type="application/json" id="{escape(element_id)}">{embedded_json(data)}</script>'
 
 
 def num(v: float | None, digits: int = 2) -> str:
