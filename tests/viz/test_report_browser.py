@@ -5,7 +5,11 @@ Skipped (with the reason) only where Chromium, chromedriver or Selenium is missi
 start; `.ci/run` installs Chromium where it can.
 """
 
+import gzip
+import json
+import shutil
 import time
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -121,6 +125,35 @@ def test_tour_page_alignment_slider_and_media(browser, report, tmp_path):
     wait_for(browser, "return document.getElementById('ep-index').textContent === '3'")
     assert browser.find_element(By.ID, "fig-first").get_attribute("hidden") is not None
     assert browser.find_element(By.ID, "fig-ego").get_attribute("hidden") is None
+    assert severe_logs(browser) == []
+
+
+def test_an_instruction_with_comment_and_script_markup_renders(browser, small_results, tmp_path):
+    """``<!--`` and ``</script>`` in an instruction neither break the page's data nor its stepper."""
+    from selenium.webdriver.common.by import By
+
+    res = tmp_path / "results"
+    shutil.copytree(small_results, res)
+    stats_file = res / "iterative_stats_ckpt_random_val_unseen.json"
+    stats = json.loads(stats_file.read_text())
+    source = Path(stats["config"]["data"]["episodes"].replace("{split}", "val_unseen"))
+    episodes = json.loads(gzip.decompress(source.read_bytes()))
+    first = json.loads((res / "dtw_data_ckpt_random_val_unseen.json").read_text())["0"][0]["episode_id"]
+    text = "Walk past the sofa <!-- x </script> and stop <b>here</b> & wait."
+    for e in episodes["episodes"]:
+        if str(e["episode_id"]) == first:
+            e["instruction"]["instruction_text"] = text
+    (tmp_path / "episodes.json.gz").write_bytes(gzip.compress(json.dumps(episodes).encode()))
+    stats["config"]["data"]["episodes"] = str(tmp_path / "episodes.json.gz")
+    stats_file.write_text(json.dumps(stats))
+    rep = build_report(res, tmp_path / "report", progress=False, workers=1)
+    browser.get(rep.pages[0].resolve().as_uri())
+    wait_for(browser, "return document.readyState === 'complete'")
+    wait_for(browser, "return document.getElementById('ep-id').textContent.length > 0")
+    assert browser.find_element(By.ID, "ep-id").text == first
+    assert browser.find_element(By.ID, "ep-instruction").text == f"\u201c{text}\u201d"
+    assert browser.execute_script("return JSON.parse(document.getElementById('tour-data').textContent).episodes[0].instruction") == text
+    wait_for(browser, "return document.getElementById('img-ego').complete && document.getElementById('img-ego').naturalWidth > 0")
     assert severe_logs(browser) == []
 
 
