@@ -135,11 +135,25 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return _CheckedReader(raw, path, compressed)
 
 
+#: bytes read at a time where a file's size is not known in advance (gzip)
+READ_CHUNK = 1 << 24
+
+
 def read_bytes(path: str | Path, limit: int | None = None) -> bytes:
-    """The decompressed bytes of a file, refusing more than ``limit`` (MAX_DOCUMENT_BYTES)."""
+    """The decompressed bytes of a file, refusing more than ``limit`` (MAX_DOCUMENT_BYTES).
+
+    Reads what the file holds, never ``limit`` bytes at once: a buffer of the limit's size would
+    be allocated for every small file (and fail under an address-space limit)."""
     limit = MAX_DOCUMENT_BYTES if limit is None else limit
     with open_binary(path) as fh:
-        data = fh.read(limit + 1)
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = fh.read(min(READ_CHUNK, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > limit:
         raise DataFormatError(f"{path}: more than {limit:,} bytes of JSON (MAX_DOCUMENT_BYTES); not a file of this format")
     return data
