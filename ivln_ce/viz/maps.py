@@ -6,6 +6,10 @@ keep-highest memory (points and labels), the agent path, the reference path and 
 and per tour the memory at the tour's end with the tour path. This module turns them into
 PNGs: the egocentric 64x64 map (grey = occupied void, colours = classes, the agent at the
 centre facing up) beside an allocentric top-down map with the paths, and a class legend.
+
+Records are read by ``viz.records`` within its limits; the allocentric picture is at most
+``MAX_ALLO_SIDE`` pixels a side (30 px/m up to 136 m, fewer px/m beyond), and PNGs are written
+only inside the output folder, never through a link.
 """
 
 from __future__ import annotations
@@ -16,16 +20,26 @@ import cv2
 import numpy as np
 
 from ivln_ce.scenes.categories import CLASS_COLORS
+from ivln_ce.viz.files import ResultsError, output_dir, write_output
+from ivln_ce.viz.records import read_map_record
 from ivln_ce.viz.scenes import legend
 
 VOID_OCCUPIED = (90, 90, 90)
+#: longest side of an allocentric picture, pixels
+MAX_ALLO_SIDE = 4096
+
+
+def class_colors() -> np.ndarray:
+    """RGB per label 0-255: the classes' colours, occupied grey for labels beyond them."""
+    lut = np.tile(np.asarray(VOID_OCCUPIED, np.uint8), (256, 1))
+    lut[: len(CLASS_COLORS)] = np.asarray(CLASS_COLORS, np.uint8)
+    return lut
 
 
 def egocentric_image(occupancy: np.ndarray, semantic: np.ndarray, scale: int = 5) -> np.ndarray:
     img = np.full(occupancy.shape + (3,), 255, np.uint8)
     img[occupancy > 0] = VOID_OCCUPIED
-    colors = np.asarray(CLASS_COLORS, np.uint8)
-    img[semantic > 0] = colors[semantic[semantic > 0]]
+    img[semantic > 0] = class_colors()[semantic[semantic > 0]]
     img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
     c = img.shape[0] // 2
     cv2.arrowedLine(img, (c, c + 8), (c, c - 10), (220, 0, 0), 2, tipLength=0.4)
@@ -36,6 +50,7 @@ def allocentric_image(xyz: np.ndarray, labels: np.ndarray, paths: dict[str, np.n
     pts = [xyz[:, [0, 2]]] + [p[:, [0, 2]] for p in paths.values() if len(p)]
     allp = np.concatenate(pts) if pts else np.zeros((1, 2))
     lo, hi = allp.min(0) - 0.5, allp.max(0) + 0.5
+    px_per_m = min(px_per_m, MAX_ALLO_SIDE / float(max(hi - lo)))
     w, h = (hi - lo) * px_per_m
     img = np.full((max(int(h), 10), max(int(w), 10), 3), 255, np.uint8)
 
@@ -45,7 +60,7 @@ def allocentric_image(xyz: np.ndarray, labels: np.ndarray, paths: dict[str, np.n
     if len(xyz):
         cx, cz = px(xyz[:, [0, 2]])
         cx, cz = np.clip(cx, 0, img.shape[1] - 1), np.clip(cz, 0, img.shape[0] - 1)
-        colors = np.asarray(CLASS_COLORS, np.uint8)[labels]
+        colors = class_colors()[labels]
         colors[labels == 0] = VOID_OCCUPIED
         order = np.argsort(xyz[:, 1])  # higher points drawn last
         for dx in (0, 1):  # 5 cm cells as 2x2 dots
@@ -69,25 +84,29 @@ def _side_by_side(*images: np.ndarray) -> np.ndarray:
     return np.concatenate(padded, axis=1)
 
 
-def map_record_image(path: str | Path) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as z:
-        paths = {k[len("path_"):]: z[k] for k in z.files if k.startswith("path_")}
-        goal = z["goal"] if "goal" in z.files else None
-        allo = allocentric_image(z["xyz"], z["labels"], paths, goal)
-        if "occupancy" in z.files:
-            ego = egocentric_image(z["occupancy"], z["semantic"])
-            return _side_by_side(ego, allo, legend(max(ego.shape[0], 250)))
-        return _side_by_side(allo, legend(250))
+def map_record_image(path: str | Path, root: str | Path | None = None) -> np.ndarray:
+    """The picture of one map record of the results folder ``root`` (default: the record's folder)."""
+    path = Path(path)
+    rec = read_map_record(path, Path(root) if root is not None else path.parent)
+    allo = allocentric_image(rec.xyz, rec.labels, rec.paths, rec.goal)
+    if rec.occupancy is not None:
+        ego = egocentric_image(rec.occupancy, rec.semantic)
+        return _side_by_side(ego, allo, legend(max(ego.shape[0], 250)))
+    return _side_by_side(allo, legend(250))
 
 
 def render_map_records(results: str | Path, out: str | Path | None = None, progress=None) -> list[Path]:
     """PNG for every map record under ``results`` (written next to it, or under ``out``)."""
     results = Path(results)
+    root = Path(out) if out else results
     files = sorted(results.rglob("maps_*/**/*.npz"))
     written = []
     for f in (progress(files) if progress else files):
-        target = (Path(out) / f.relative_to(results)).with_suffix(".png") if out else f.with_suffix(".png")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        cv2.imwrite(str(target), map_record_image(f)[:, :, ::-1])
-        written.append(target)
+        rel = f.relative_to(results)
+        ok, png = cv2.imencode(".png", np.ascontiguousarray(map_record_image(f, results)[:, :, ::-1]))
+        if not ok:
+            raise ResultsError(f"{f}: its picture could not be encoded")
+        if out:
+            root.mkdir(parents=True, exist_ok=True)
+        written.append(write_output(output_dir(root, *rel.parts[:-1]) / f"{f.stem}.png", png.tobytes()))
     return written

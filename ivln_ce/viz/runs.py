@@ -5,7 +5,9 @@ label is ``eval.label`` or the agent name. A run is found by its stats file
 ``iterative_stats_ckpt_{label}_{split}.json``; the split comes from the file's ``split`` field
 (labels and splits both contain underscores, so the name alone is ambiguous). Optional
 files (manifest, per-tour summaries, map records, frames, videos) may be absent: the readers
-return None and the viewers show "n/a".
+return None and the viewers show "n/a". Files are read through ``viz.files`` (inside the folder,
+regular, bounded); a file of the wrong shape is a ``ResultsError`` naming it, the record and the
+field, while a value that is not a number where one is shown reads as "n/a" (``number``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
+
+from ivln_ce.data.jsonio import describe
+from ivln_ce.viz.files import ResultsError, present, read_results_json
 
 STATS_PREFIX = "iterative_stats_ckpt_"
 KNOWN_SPLITS = ("val_unseen", "val_seen", "train", "test", "envdrop")
@@ -42,22 +47,36 @@ def file_component(identifier: str) -> str:
     return quote(str(identifier), safe="-_").replace(".", "%2E").replace("~", "%7E")
 
 
-class ResultsError(ValueError):
-    """A results folder lacks what was asked of it; the message names the folder and the file."""
+def number(v: Any) -> float | None:
+    """``v`` as a finite float, or None where it is not a finite number (shown as "n/a")."""
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        x = float(v)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
 
 
 def column_value(stats: dict, key: str, scale: float) -> float | None:
-    v = stats.get(key)
-    if v is None or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return float(v) * scale
+    v = number(stats.get(key))
+    return None if v is None else number(v * scale)
 
 
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc})") from exc
+def expect_object(value: Any, where: str, what: str = "an object") -> dict:
+    """``value`` if it is a JSON object (a dict), else ResultsError saying where and what came."""
+    if not isinstance(value, dict):
+        raise ResultsError(f"{where}: expected {what}, got {describe(value)}")
+    return value
+
+
+def objects_of_objects(doc: Any, where: str, outer: str, inner: str, leaf: str = "an object") -> dict[str, dict]:
+    """``{outer id: {inner id: object or null}}``, as the per-tour and per-episode files hold."""
+    for k, v in expect_object(doc, where, f"an object keyed by {outer}").items():
+        for k2, v2 in expect_object(v, f"{where}: {outer} {k!r}", f"an object keyed by {inner}").items():
+            if v2 is not None:
+                expect_object(v2, f"{where}: {outer} {k!r}, {inner} {k2!r}", leaf)
+    return doc
 
 
 @dataclass
@@ -81,25 +100,48 @@ class Run:
         """``tours``, ``maps``, ``frames`` or ``videos`` folder of this run."""
         return self.results / f"{kind}_{self.name}"
 
+    def read(self, kind: str) -> Any:
+        """The run's ``{kind}_ckpt_{name}.json``, read within the folder."""
+        return read_results_json(self.output(kind), self.results)
+
     @property
     def stats(self) -> dict:
         if self._stats is None:
-            self._stats = _read(self.output("iterative_stats"))
+            self._stats = expect_object(self.read("iterative_stats"), str(self.output("iterative_stats")), "an object of metrics")
         return self._stats
 
     @property
     def config(self) -> dict:
-        return self.stats.get("config") or {}
+        cfg = self.stats.get("config")
+        return {} if cfg is None else expect_object(cfg, f"{self.output('iterative_stats')}: field 'config'", "the resolved config (an object)")
+
+    @property
+    def notes(self) -> list[str]:
+        notes = self.stats.get("notes") or []
+        if not isinstance(notes, list):
+            raise ResultsError(f"{self.output('iterative_stats')}: field 'notes': expected a list of strings, got {describe(notes)}")
+        return [n if isinstance(n, str) else json.dumps(n, default=repr) for n in notes]
 
     @cached_property
     def manifest(self) -> dict | None:
-        f = self.output("manifest")
-        return _read(f) if f.exists() else None
+        if not present(self.output("manifest")):
+            return None
+        return expect_object(self.read("manifest"), str(self.output("manifest")))
 
     @cached_property
     def tours(self) -> dict | None:
-        f = self.output("tours")
-        return _read(f) if f.exists() else None
+        """Per-tour summaries (``tours_ckpt_...``): tour id -> object."""
+        if not present(self.output("tours")):
+            return None
+        doc = expect_object(self.read("tours"), str(self.output("tours")), "an object keyed by tour id")
+        for tid, summary in doc.items():
+            if summary is not None:
+                expect_object(summary, f"{self.output('tours')}: tour {tid!r}")
+        return doc
+
+    def episode_metrics(self) -> dict[str, dict[str, dict | None]]:
+        """``iterative_all_stats_ckpt_...``: tour id -> episode id -> metrics."""
+        return objects_of_objects(self.read("iterative_all_stats"), str(self.output("iterative_all_stats")), "tour", "episode", "an object of metrics")
 
     def _field(self, *keys: str) -> Any:
         for source in (self.stats, self.manifest or {}):
@@ -113,7 +155,7 @@ class Run:
         """The config fingerprint (stats file first, then the manifest); None when absent."""
         fp = self._field("fingerprint", "config_fingerprint")
         if isinstance(fp, dict):
-            fp = fp.get("core") or fp.get("value") or fp.get("sha256") or fp.get("hash") or json.dumps(fp, sort_keys=True)
+            fp = fp.get("core") or fp.get("value") or fp.get("sha256") or fp.get("hash") or json.dumps(fp, sort_keys=True, default=repr)
         return None if fp is None else str(fp)
 
     @property
@@ -158,6 +200,10 @@ def _label_split(path: Path, stats: dict) -> tuple[str, str]:
     """(label, split) of a stats file: the split from its ``split`` field (or a known split
     name at the end of the file name), the label from the rest of the name."""
     stem = path.name[len(STATS_PREFIX) : -len(".json")]
+    try:
+        stem.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ResultsError(f"{path}: the file name is not UTF-8 text (the evaluator writes percent-encoded names)") from None
     candidates = [stats["split"]] if isinstance(stats.get("split"), str) else []
     for split in candidates + list(KNOWN_SPLITS):
         tail = "_" + file_component(split)
@@ -175,9 +221,7 @@ def find_runs(results: str | Path, label: str | None = None, split: str | None =
         raise ResultsError(f"{results}: no such folder (expected the results_dir of an `ivln-ce eval` run)")
     runs = []
     for f in sorted(results.glob(f"{STATS_PREFIX}*.json")):
-        stats = _read(f)
-        if not isinstance(stats, dict):
-            raise ResultsError(f"{f}: expected a JSON object of metrics")
+        stats = expect_object(read_results_json(f, results), str(f), "a JSON object of metrics")
         lab, s = _label_split(f, stats)
         runs.append(Run(results, lab, s, stats))
     if not runs:

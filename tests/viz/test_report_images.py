@@ -5,6 +5,7 @@ import numpy as np
 
 from ivln_ce.scenes.categories import CLASS_COLORS
 from ivln_ce.viz.maps import VOID_OCCUPIED
+from ivln_ce.viz.records import read_map_record
 from ivln_ce.viz.report.images import (
     AGENT_PATH,
     GOAL,
@@ -61,6 +62,7 @@ def test_allocentric_memory_draws_the_highest_point_of_a_pixel_on_top():
 def test_map_record_without_egocentric_maps(tmp_path):
     np.savez_compressed(tmp_path / "e.npz", xyz=np.zeros((0, 3), np.float32), labels=np.zeros(0, np.uint8),
                         path_agent=np.array([[0, 0, 0], [1.0, 0, 0]]))
-    ego, allo = map_record_images(tmp_path / "e.npz", tmp_path / "ego.png", tmp_path / "allo.png", ImageSettings())
+    rec = read_map_record(tmp_path / "e.npz", tmp_path)
+    ego, allo = map_record_images(rec, tmp_path / "ego.png", tmp_path / "allo.png", ImageSettings())
     assert (ego, allo) == (False, True) and not (tmp_path / "ego.png").exists()
     assert decode(tmp_path / "allo.png").shape[0] > 10

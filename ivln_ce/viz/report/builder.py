@@ -4,17 +4,18 @@ The main process reads the run's files once (stats, per-episode metrics, the age
 the split's target tour paths, the episodes for goals and instructions) and draws each scene
 plan once; tours are then rendered in worker processes (alignment, SVG drawings, downsampled
 map and frame images, the page), and the index is written last. Optional inputs (target
-paths, episodes, scenes, map records, frames, videos, manifest) may be missing: the pages
-say what is absent instead of failing.
+paths, episodes, scenes, map records, frames, videos, manifest) may be missing or damaged: the
+pages say what is absent or unreadable instead of failing. The report holds everything it shows
+(videos are hard-linked or copied in), so it can be moved or shared on its own. Results files
+are read only from inside the results folder (``viz.files``, ``viz.records``); the report is
+written only inside its folder, never through a link.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import hashlib
 import os
 import time
-import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from urllib.parse import quote
 import numpy as np
 
 from ivln_ce.data.episodes import load_episodes
-from ivln_ce.data.jsonio import DataFormatError
+from ivln_ce.data.jsonio import DataFormatError, describe
 from ivln_ce.data.targets import TourPath, iter_target_paths, load_agent_paths
 from ivln_ce.metrics.alignment import align_tour_official
 from ivln_ce.metrics.tour import TourScoreError
@@ -37,15 +38,23 @@ from ivln_ce.viz.report.images import (
     memory_background,
     plan_background,
 )
+from ivln_ce.viz.files import (
+    MAX_NAME_BYTES, ResultsError, input_file, inside, link_or_copy, output_dir, present, read_results_json, write_output,
+)
+from ivln_ce.viz.records import check_video, read_map_record
 from ivln_ce.viz.report.svg import Background, alignment_svg, bar_chart_svg, episode_geometry, plan_svg
-from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
+from ivln_ce.viz.runs import Run, expect_object, file_component, find_runs, number
 
 REQUIRED = ("iterative_stats", "iterative_all_stats", "dtw_data")
 
 
 def safe_name(text: str) -> str:
-    """The report's file-name form of an id: the evaluator's encoding (``runs.file_component``)."""
-    return file_component(text) or "_"
+    """The report's file-name form of an id: the evaluator's encoding (``runs.file_component``),
+    shortened with a hash where it would make too long a file name ('~' never occurs in it)."""
+    name = file_component(text) or "_"
+    if len(name) <= MAX_NAME_BYTES // 2:
+        return name
+    return name[:64] + "~" + hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _href(path: Path, start: Path) -> str:
@@ -53,7 +62,12 @@ def _href(path: Path, start: Path) -> str:
 
 
 def _tour_key(tid: str):
-    return (0, int(tid), "") if str(tid).isdigit() else (1, 0, str(tid))
+    """Numeric ids in numeric order (compared as digit strings: no int() of a huge id), then the rest."""
+    tid = str(tid)
+    if tid.isascii() and tid.isdigit():
+        digits = tid.lstrip("0")
+        return (0, len(digits), digits, tid)
+    return (1, 0, "", tid)
 
 
 @dataclass
@@ -79,6 +93,7 @@ class TourTask:
     """Everything one worker needs to render one tour page (picklable)."""
 
     out: Path
+    root: Path
     run_dir: str
     label: str
     split: str
@@ -104,14 +119,19 @@ class TourTask:
     notes: list[str]
 
 
-def _data_paths(cfg: dict, split: str, data_root: str | Path | None) -> dict[str, Path | None]:
+def _data_paths(cfg: dict, split: str, data_root: str | Path | None, where: str) -> dict[str, Path | None]:
+    """The run's data files from its config (``{split}`` filled in, ``--data`` applied)."""
     data = cfg.get("data") or {}
+    expect_object(data, f"{where}: field 'config.data'")
+    for k in ("root", "target_paths", "episodes", "scenes_dir"):
+        if data.get(k) is not None and not isinstance(data[k], str):
+            raise ResultsError(f"{where}: field 'config.data.{k}': expected a path, got {describe(data[k])}")
     old_root = data.get("root")
 
     def fix(p: str | None) -> Path | None:
-        if not p:
+        if not p or ("{split}" in p and file_component(split) != split):  # a split is a plain name, never a path
             return None
-        p = str(p).replace("{split}", split)
+        p = p.replace("{split}", split)
         if data_root is not None and old_root and p.startswith(str(old_root)):
             p = str(Path(data_root)) + p[len(str(old_root)) :]
         return Path(p)
@@ -119,11 +139,83 @@ def _data_paths(cfg: dict, split: str, data_root: str | Path | None) -> dict[str
     return {k: fix(data.get(k)) for k in ("target_paths", "episodes", "scenes_dir")}
 
 
+def _d_th(cfg: dict, where: str) -> float:
+    """The t-nDTW success distance of the run's config (3.0 when absent): a positive number."""
+    metrics = cfg.get("metrics") or {}
+    tndtw = expect_object(metrics, f"{where}: field 'config.metrics'").get("tndtw") or {}
+    raw = expect_object(tndtw, f"{where}: field 'config.metrics.tndtw'").get("d_th", 3.0)
+    d_th = number(raw)
+    if d_th is None or d_th <= 0:
+        raise ResultsError(f"{where}: field 'config.metrics.tndtw.d_th': expected a positive distance in metres, got {describe(raw)}")
+    return d_th
+
+
+def _is_regular(path: Path | None) -> bool:
+    """Whether a data file from the config is a regular file (not a folder, device or FIFO)."""
+    try:
+        return path is not None and path.is_file()
+    except OSError:
+        return False
+
+
+def _memory_background(task: TourTask, tour_maps: Path | None, img_dir: Path, page_dir: Path, notes: list[str]) -> Background | None:
+    """The tour's recorded memory as the plan's background, for scenes without a layout."""
+    if tour_maps is None or not present(tour_maps / "tour.npz"):
+        return None
+    try:
+        rec = read_map_record(tour_maps / "tour.npz", task.root)
+    except ResultsError as exc:
+        notes.append(f"tour map record is unreadable ({exc}); no memory background")
+        return None
+    return memory_background(rec.xyz, rec.labels, img_dir / "memory.png", _href(img_dir / "memory.png", page_dir), task.settings)
+
+
+def _map_images(task: TourTask, record: Path, img_dir: Path, stem: str, page_dir: Path, notes: list[str]) -> dict[str, str]:
+    """The episode's egocentric map and allocentric memory, when its record is present and sound."""
+    if not present(record):
+        return {}
+    ego, allo = img_dir / f"{stem}_ego.png", img_dir / f"{stem}_allo.png"
+    try:
+        w_ego, w_allo = map_record_images(read_map_record(record, task.root), ego, allo, task.settings)
+    except ResultsError as exc:  # one broken record must not sink the report
+        notes.append(f"map record {record.name} is unreadable ({exc}); its images are left out")
+        return {}
+    return {k: _href(f, page_dir) for k, f, wrote in (("ego", ego, w_ego), ("allo", allo, w_allo)) if wrote}
+
+
+def _frames(task: TourTask, tour_key: str, ekey: str, img_dir: Path, stem: str, page_dir: Path, notes: list[str]) -> dict[str, str]:
+    """The episode's first and last RGB frames, downsampled into the report."""
+    out = {}
+    for which in ("first", "last"):
+        src = task.frames_dir / tour_key / f"{ekey}_{which}.jpg"
+        dst = img_dir / f"{stem}_{which}.jpg"
+        if not present(src):
+            continue
+        try:
+            if frame_image(src, task.root, dst, task.settings):
+                out[which] = _href(dst, page_dir)
+        except ResultsError as exc:
+            notes.append(f"frame {src.name} is left out: {exc}")
+    return out
+
+
+def _video(task: TourTask, tour_key: str, ekey: str, stem: str, page_dir: Path, notes: list[str]) -> str | None:
+    """The episode's video, linked from the results folder."""
+    for ext in (".mp4", ".webm"):
+        src = task.videos_dir / tour_key / f"{ekey}{ext}"
+        if not present(src):
+            continue
+        try:
+            return _href(check_video(src, task.root), page_dir)
+        except ResultsError as exc:
+            notes.append(f"video {src.name} is left out: {exc}")
+    return None
+
+
 def render_tour(task: TourTask) -> dict[str, Any]:
     """Alignment, drawings, images and the page of one tour; returns its index summary."""
-    page_dir = task.out / task.run_dir
-    img_dir = page_dir / "img" / safe_name(task.tour_id)
-    img_dir.mkdir(parents=True, exist_ok=True)
+    page_dir = output_dir(task.out, task.run_dir)
+    img_dir = output_dir(page_dir, "img", safe_name(task.tour_id))
     notes = list(task.notes)
     in_path = set(task.agent.episode_ids)
     order = list(task.agent.episode_ids) + [e for e in task.metrics if e not in in_path]
@@ -145,42 +237,19 @@ def render_tour(task: TourTask) -> dict[str, Any]:
     background, caption = task.background, task.background_caption
     tour_key = file_component(task.tour_id)
     tour_maps = task.maps_dir / tour_key if task.maps_dir is not None else None
-    if background is None and tour_maps is not None and (tour_maps / "tour.npz").exists():
-        with np.load(tour_maps / "tour.npz", allow_pickle=False) as z:
-            if "xyz" in z.files and "labels" in z.files:
-                background = memory_background(z["xyz"], z["labels"], img_dir / "memory.png", _href(img_dir / "memory.png", page_dir), task.settings)
-                caption = "Background: the agent's allocentric map memory at the end of the tour (no scene layout available)."
+    if background is None:
+        background = _memory_background(task, tour_maps, img_dir, page_dir, notes)
+        if background is not None:
+            caption = "Background: the agent's allocentric map memory at the end of the tour (no scene layout available)."
 
     n_images = 0
     episodes = []
     for eid in order:
-        imgs: dict[str, str] = {}
-        stem = safe_name(eid)
-        ekey = file_component(eid)
-        if tour_maps is not None and (tour_maps / f"{ekey}.npz").exists():
-            ego, allo = img_dir / f"{stem}_ego.png", img_dir / f"{stem}_allo.png"
-            try:
-                w_ego, w_allo = map_record_images(tour_maps / f"{ekey}.npz", ego, allo, task.settings)
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # one broken record must not sink the report
-                notes.append(f"map record {tour_maps / f'{ekey}.npz'} is unreadable ({type(exc).__name__}: {exc}); its images are left out")
-                w_ego = w_allo = False
-            if w_ego:
-                imgs["ego"] = _href(ego, page_dir)
-            if w_allo:
-                imgs["allo"] = _href(allo, page_dir)
+        stem, ekey = safe_name(eid), file_component(eid)
+        imgs = _map_images(task, tour_maps / f"{ekey}.npz", img_dir, stem, page_dir, notes) if tour_maps is not None else {}
         if task.frames_dir is not None:
-            for which in ("first", "last"):
-                src = task.frames_dir / tour_key / f"{ekey}_{which}.jpg"
-                dst = img_dir / f"{stem}_{which}.jpg"
-                if src.exists() and frame_image(src, dst, task.settings):
-                    imgs[which] = _href(dst, page_dir)
-        video = None
-        if task.videos_dir is not None:
-            for ext in (".mp4", ".webm"):
-                v = task.videos_dir / tour_key / f"{ekey}{ext}"
-                if v.exists():
-                    video = _href(v, page_dir)
-                    break
+            imgs.update(_frames(task, tour_key, ekey, img_dir, stem, page_dir, notes))
+        video = _video(task, tour_key, ekey, stem, page_dir, notes) if task.videos_dir is not None else None
         n_images += len(imgs)
         episodes.append({
             "id": eid,
@@ -194,6 +263,7 @@ def render_tour(task: TourTask) -> dict[str, Any]:
         })
 
     geometry = episode_geometry(task.agent, task.target, order, task.goals, task.references)
+    teleports = [number(v) for v in task.teleports.values()]
     ctx = {
         "run": task.run_dir,
         "label": task.label,
@@ -203,7 +273,7 @@ def render_tour(task: TourTask) -> dict[str, Any]:
         "prev": task.prev,
         "next": task.next,
         "summary": task.summary,
-        "teleports": sum(v for v in task.teleports.values() if isinstance(v, (int, float))) if task.teleports else None,
+        "teleports": sum(v for v in teleports if v is not None) if task.teleports else None,
         "alignment": None if al is None else {"dtw": al.dtw, "m": al.normaliser, "tndtw": al.tndtw(task.d_th), "weight": al.weight, "fallback": al.fallback, "d_th": task.d_th},
         "plan_svg": plan_svg(geometry, background),
         "plan_caption": caption if background is not None else "No scene layout or map recorded for this scene: paths on a neutral background.",
@@ -211,17 +281,17 @@ def render_tour(task: TourTask) -> dict[str, Any]:
         "episodes": episodes,
         "notes": notes,
     }
-    page = page_dir / f"tour_{safe_name(task.tour_id)}.html"
-    page.write_text(pages.tour_page(ctx), encoding="utf-8")
+    page = write_output(page_dir / f"tour_{safe_name(task.tour_id)}.html", pages.tour_page(ctx))
     summ = task.summary or {}
-    succ = [m.get("success") for m in task.metrics.values() if isinstance(m, dict) and m.get("success") is not None]
+    succ = [number(m.get("success")) for m in task.metrics.values() if isinstance(m, dict)]
+    succ = [v for v in succ if v is not None]
     return {
         "tour_id": task.tour_id,
         "scan": task.scan,
         "episodes": len(order),
-        "tndtw": summ.get("tndtw", None if al is None else al.tndtw(task.d_th)),
-        "tndtw_paper": summ.get("tndtw_paper"),
-        "weight": summ.get("weight", None if al is None else al.weight),
+        "tndtw": number(summ.get("tndtw", None if al is None else al.tndtw(task.d_th))),
+        "tndtw_paper": number(summ.get("tndtw_paper")),
+        "weight": number(summ.get("weight", None if al is None else al.weight)),
         "teleports": ctx["teleports"],
         "success": float(np.mean(succ)) if succ else None,
         "alignment_tndtw": ctx["alignment"]["tndtw"] if al is not None else None,
@@ -238,32 +308,39 @@ class _RunInputs:
         run.require(*REQUIRED)
         self.run = run
         self.notes: list[str] = []
-        self.all_stats = json.loads(run.output("iterative_all_stats").read_text())
-        self.agent = load_agent_paths(run.output("dtw_data"))
+        self.all_stats = run.episode_metrics()
+        self.agent = load_agent_paths(input_file(run.output("dtw_data"), run.results))
         if not self.agent:
             raise ResultsError(f"{run.output('dtw_data')}: the agent path log holds no tour")
-        cfg = run.config
+        cfg, where = run.config, str(run.output("iterative_stats"))
         if not cfg:
             self.notes.append(f"{run.output('iterative_stats').name} holds no config: data files (targets, episodes, scenes) unknown")
-        paths = _data_paths(cfg, run.split, data_root)
-        self.d_th = float(((cfg.get("metrics") or {}).get("tndtw") or {}).get("d_th", 3.0))
-        self.targets: dict[str, TourPath] = {}
-        tp = paths["target_paths"]
-        if tp is not None and tp.exists():
-            try:
-                self.targets = {t: p for t, p in iter_target_paths(tp, run.split) if t in self.agent}
-            except DataFormatError as exc:
-                self.notes.append(f"target tour paths not used: {exc}")
-        else:
-            self.notes.append(f"no target tour paths at {tp}: no DTW alignment (pass --data to point at the data root)")
-        self.episodes = None
-        ep = paths["episodes"]
-        if ep is not None and ep.exists():
-            self.episodes = load_episodes(ep)
-        else:
-            self.notes.append(f"no episode file at {ep}: no goals or instructions")
+        paths = _data_paths(cfg, run.split, data_root, where)
+        self.d_th = _d_th(cfg, where)
+        self.targets = self._targets(paths["target_paths"])
+        self.episodes = self._episodes(paths["episodes"])
         self.scenes_dir = paths["scenes_dir"]
         self.out, self.settings, self.scene_cache = out, settings, scene_cache
+
+    def _targets(self, tp: Path | None) -> dict[str, TourPath]:
+        if not _is_regular(tp):
+            self.notes.append(f"no target tour paths at {tp}: no DTW alignment (pass --data to point at the data root)")
+            return {}
+        try:
+            return {t: p for t, p in iter_target_paths(tp, self.run.split) if t in self.agent}
+        except (DataFormatError, OSError) as exc:
+            self.notes.append(f"target tour paths not used: {exc}")
+            return {}
+
+    def _episodes(self, ep: Path | None):
+        if not _is_regular(ep):
+            self.notes.append(f"no episode file at {ep}: no goals or instructions")
+            return None
+        try:
+            return load_episodes(ep)
+        except (DataFormatError, OSError) as exc:
+            self.notes.append(f"episodes not used: {exc}")
+            return None
 
     def tour_scan(self, tid: str) -> tuple[str | None, str | None]:
         """(scan, scene_id) of a tour, from its episodes or its per-tour record."""
@@ -272,9 +349,9 @@ class _RunInputs:
                 e = self.episodes[eid]
                 return e.scan, e.scene_id
         rec = self.run.folder("tours") / f"{file_component(tid)}.json"
-        if rec.exists():
-            scan = json.loads(rec.read_text()).get("scan")
-            return scan, None
+        if present(rec):
+            scan = expect_object(read_results_json(rec, self.run.results), str(rec)).get("scan")
+            return (scan if isinstance(scan, str) else None), None
         return None, None
 
     def background(self, scan: str | None, scene_id: str | None) -> tuple[Background | None, str]:
@@ -282,15 +359,24 @@ class _RunInputs:
             return None, ""
         glb = self.scenes_dir / scene_id
         if glb not in self.scene_cache:
-            layout = load_layout(glb)
-            if layout is None:
-                self.scene_cache[glb] = None
-            else:
-                name = f"{safe_name(scan or glb.stem)}.png"
-                (self.out / "scenes").mkdir(parents=True, exist_ok=True)
-                self.scene_cache[glb] = plan_background(layout, self.out / "scenes" / name, f"../scenes/{quote(name)}", self.settings)
+            self.scene_cache[glb] = self._plan(glb, scan)
         bg = self.scene_cache[glb]
         return bg, ("Scene plan of the generated house (rooms, labelled objects)." if bg is not None else "")
+
+    def _plan(self, glb: Path, scan: str | None) -> Background | None:
+        """The scene plan picture, drawn once per scene; None (with a note) where there is none."""
+        if not inside(glb, self.scenes_dir):
+            self.notes.append(f"scene {glb} lies outside the scenes folder {self.scenes_dir}: no scene plan")
+            return None
+        try:
+            layout = load_layout(glb)
+        except (DataFormatError, OSError) as exc:
+            self.notes.append(f"no scene plan: {exc}")
+            return None
+        if layout is None:
+            return None
+        name = f"{safe_name(scan or glb.stem)}.png"
+        return plan_background(layout, output_dir(self.out, "scenes") / name, f"../scenes/{quote(name)}", self.settings)
 
     def tasks(self) -> list[TourTask]:
         run, out = self.run, []
@@ -317,7 +403,7 @@ class _RunInputs:
             summary = tour_info.get(tid)
             tele = (summary or {}).get("teleports") if isinstance((summary or {}).get("teleports"), dict) else {}
             out.append(TourTask(
-                out=self.out, run_dir=run.name, label=run.label, split=run.split, tour_id=tid, scan=scan,
+                out=self.out, root=run.results, run_dir=run.name, label=run.label, split=run.split, tour_id=tid, scan=scan,
                 prev=quote(f"tour_{safe_name(ids[k - 1])}.html") if k > 0 else None,
                 next=quote(f"tour_{safe_name(ids[k + 1])}.html") if k + 1 < len(ids) else None,
                 agent=agent, target=self.targets.get(tid), metrics=self.all_stats.get(tid, {}), summary=summary,
@@ -329,8 +415,8 @@ class _RunInputs:
 
 def _run_summary(run: Run, tours: list[dict], notes: list[str]) -> dict:
     stats = {k: v for k, v in run.stats.items() if k != "config"}
-    bars = [(t["tour_id"], None if t["tndtw"] is None or not math.isfinite(t["tndtw"]) else 100 * t["tndtw"], t["page"],
-             f'tour {t["tour_id"]}: t-nDTW {pages.num(None if t["tndtw"] is None else 100 * t["tndtw"])}, {t["episodes"]} episodes') for t in tours]
+    bars = [(t["tour_id"], pages.scaled(t["tndtw"], 100), t["page"],
+             f'tour {t["tour_id"]}: t-nDTW {pages.pct(t["tndtw"])}, {t["episodes"]} episodes') for t in tours]
     return {
         "name": run.name,
         "label": run.label,
@@ -341,10 +427,20 @@ def _run_summary(run: Run, tours: list[dict], notes: list[str]) -> dict:
         "leaderboard_valid": run.leaderboard_valid,
         "leaderboard_note": run.leaderboard_note,
         "manifest": run.manifest,
-        "notes": [str(n) for n in (run.stats.get("notes") or [])] + notes,
+        "notes": run.notes + notes,
         "bars_svg": bar_chart_svg(f"tndtw-bars-{run.name}", bars),
         "tours": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tours],
     }
+
+
+def _report_folder(results: Path, out: str | Path | None) -> Path:
+    """The report's folder (default ``results/report``), created; a link there is refused, as the
+    results folder (maybe someone else's) could point it anywhere."""
+    out = Path(out) if out is not None else results / "report"
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ResultsError(f"{out}: is a link or a file, not a report folder; not written into")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def build_report(
@@ -362,11 +458,9 @@ def build_report(
     settings = settings or ImageSettings()
     results = Path(results)
     runs = find_runs(results, label, split)
-    out = Path(out) if out is not None else results / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "assets").mkdir(exist_ok=True)
-    (out / "assets" / "report.css").write_text(assets.CSS, encoding="utf-8")
-    (out / "assets" / "report.js").write_text(assets.JS, encoding="utf-8")
+    out = _report_folder(results, out)
+    write_output(output_dir(out, "assets") / "report.css", assets.CSS)
+    write_output(output_dir(out, "assets") / "report.js", assets.JS)
 
     scene_cache: dict = {}
     inputs = [_RunInputs(r, data_root, out, settings, scene_cache) for r in runs]
@@ -404,7 +498,6 @@ def build_report(
         n_eps += sum(t["episodes"] for t in tours)
         summaries.append(_run_summary(inp.run, tours, inp.notes))
     title = f"ivln-ce report: {results.resolve().name}"
-    index = out / "index.html"
-    index.write_text(pages.index_page(title, summaries, str(results)), encoding="utf-8")
+    index = write_output(out / "index.html", pages.index_page(title, summaries, str(results)))
     return Report(out, index, page_paths, [r.name for r in runs], n_eps, n_images, time.perf_counter() - t0,
                   [n for inp in inputs for n in inp.notes])

@@ -6,6 +6,8 @@ egocentric map at 3 px per 10 cm cell (192 x 192) and the allocentric memory wit
 <= 25 px/m and <= 320 px on the long side, both as 8-bit palette PNGs at zlib level 1 (the maps
 hold a dozen flat colours: a palette PNG is about 3x smaller and faster to write than RGB, and
 lossless, where JPEG would smear the class colours); RGB frames at <= 256 px (JPEG quality 85).
+Inputs are read through ``viz.records`` (every declared size bounded before allocation) and
+outputs written through ``viz.files.write_output`` (inside the report, never through a link).
 
 Map images are drawn here straight into palette indices (vectorised point splatting, paths
 without anti-aliasing) rather than through ``viz.maps`` (RGB, anti-aliased, per-point
@@ -14,7 +16,6 @@ sorting), which costs 4x more per record; the colours and conventions are the sa
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from dataclasses import dataclass
@@ -23,10 +24,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ivln_ce.data.jsonio import DataFormatError, read_json
+from ivln_ce.data.targets import MAX_ABS_COORDINATE
 from ivln_ce.scenes.categories import CLASS_COLORS
 from ivln_ce.scenes.layout import HouseLayout
 from ivln_ce.scenes.mesh import layout_from_sidecar, sidecar_path
+from ivln_ce.viz.files import write_output
 from ivln_ce.viz.maps import VOID_OCCUPIED
+from ivln_ce.viz.records import MapRecord, read_frame
 from ivln_ce.viz.report.svg import Background
 from ivln_ce.viz.scenes import PlanFrame, topdown_image
 
@@ -66,22 +71,30 @@ def write_indexed_png(path: Path, index: np.ndarray, palette: np.ndarray = PALET
     png = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 3, 0, 0, 0))
     png += _chunk(b"PLTE", np.ascontiguousarray(palette, np.uint8).tobytes())
     png += _chunk(b"IDAT", zlib.compress(rows.tobytes(), level)) + _chunk(b"IEND", b"")
-    path.write_bytes(png)
+    write_output(path, png)
 
 
 def write_png(path: Path, rgb: np.ndarray, settings: ImageSettings) -> None:
     ok, buf = cv2.imencode(".png", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_PNG_COMPRESSION, settings.plan_png_level])
     if not ok:
         raise OSError(f"could not encode {path}")
-    path.write_bytes(buf.tobytes())
+    write_output(path, buf.tobytes())
 
 
 def load_layout(scene_glb: Path) -> HouseLayout | None:
     """The layout of a generated scene from its sidecar; None for scenes without one (MP3D)."""
     side = sidecar_path(scene_glb) if scene_glb.name.endswith(".glb") else None
-    if side is None or not side.exists():
+    if side is None or not side.is_file():
         return None
-    return layout_from_sidecar(json.loads(side.read_text()))
+    raw = read_json(side)
+    try:  # the sidecar parser indexes untyped JSON: any damage surfaces as one of these
+        layout = layout_from_sidecar(raw)
+        bounds = np.asarray(layout.bounds, dtype=float)
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise DataFormatError(f"{side}: not a scene layout sidecar ({type(exc).__name__}: {exc})") from exc
+    if bounds.shape != (2, 2) or not (np.isfinite(bounds).all() and np.abs(bounds).max() <= MAX_ABS_COORDINATE):
+        raise DataFormatError(f"{side}: scene bounds {bounds.tolist()} are not finite coordinates within +-{MAX_ABS_COORDINATE:g} m")
+    return layout
 
 
 def plan_background(layout: HouseLayout, out: Path, href: str, settings: ImageSettings) -> Background:
@@ -165,38 +178,29 @@ def allocentric_index(xyz: np.ndarray, labels: np.ndarray, paths: dict[str, np.n
     return img
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz record (the map records are small; no pickles)."""
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-def map_record_images(record: Path, ego_out: Path, allo_out: Path, settings: ImageSettings) -> tuple[bool, bool]:
+def map_record_images(rec: MapRecord, ego_out: Path, allo_out: Path, settings: ImageSettings) -> tuple[bool, bool]:
     """Egocentric map and allocentric memory (with agent/reference paths and goal) of one
     episode's map record; returns which of the two were written."""
-    z = read_npz(record)
     wrote_ego = wrote_allo = False
-    if "occupancy" in z and "semantic" in z:
-        write_indexed_png(ego_out, egocentric_index(z["occupancy"], z["semantic"], settings.ego_scale), level=settings.map_png_level)
+    if rec.occupancy is not None:
+        write_indexed_png(ego_out, egocentric_index(rec.occupancy, rec.semantic, settings.ego_scale), level=settings.map_png_level)
         wrote_ego = True
-    if "xyz" in z and "labels" in z:
-        paths = {k[len("path_"):]: z[k] for k in sorted(z) if k.startswith("path_")}
-        img = allocentric_index(z["xyz"].reshape(-1, 3), z["labels"].reshape(-1), paths, z.get("goal"), settings)
+    if len(rec.xyz) or rec.paths:
+        img = allocentric_index(rec.xyz, rec.labels, rec.paths, rec.goal, settings)
         write_indexed_png(allo_out, img, level=settings.map_png_level)
         wrote_allo = True
     return wrote_ego, wrote_allo
 
 
-def frame_image(src: Path, out: Path, settings: ImageSettings) -> bool:
-    """A recorded RGB frame, downsampled to ``frame_max_side`` and re-encoded as JPEG."""
-    img = cv2.imread(str(src), cv2.IMREAD_COLOR)
-    if img is None:
-        return False
+def frame_image(src: Path, root: Path, out: Path, settings: ImageSettings) -> bool:
+    """A recorded RGB frame of the results folder ``root``, downsampled to ``frame_max_side`` and
+    re-encoded as JPEG."""
+    img = read_frame(src, root)
     h, w = img.shape[:2]
     s = settings.frame_max_side / max(h, w)
     if s < 1:
         img = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, settings.jpeg_quality])
     if ok:
-        out.write_bytes(buf.tobytes())
+        write_output(out, buf.tobytes())
     return bool(ok)

@@ -12,13 +12,17 @@ import math
 from html import escape
 from typing import Any
 
-from ivln_ce.viz.runs import COLUMNS, EPISODE_COLUMNS
+from ivln_ce.data.jsonio import OutOfRangeInt
+from ivln_ce.viz.runs import COLUMNS, EPISODE_COLUMNS, number
 
 
 def clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN and infinities become null (JSON.parse rejects them)."""
+    """JSON-safe copy: NaN, infinities and integers beyond 64 bits become null (JSON.parse
+    rejects the first two; the reader keeps the last as placeholders)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if isinstance(obj, OutOfRangeInt):
+        return None
     if isinstance(obj, dict):
         return {str(k): clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -42,19 +46,25 @@ def json_script(element_id: str, data: Any) -> str:
     return f'<script type="application/json" id="{escape(element_id)}">{embedded_json(data)}</script>'
 
 
-def num(v: float | None, digits: int = 2) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:.{digits}f}"
+def scaled(v: Any, scale: float) -> float | None:
+    """``v * scale`` where ``v`` is a finite number, else None (shown as n/a)."""
+    v = number(v)
+    return None if v is None else number(v * scale)
 
 
-def pct(v: float | None) -> str:
+def num(v: Any, digits: int = 2) -> str:
+    v = number(v)
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def pct(v: Any) -> str:
     """A fraction shown x 100, or n/a."""
-    return num(None if v is None else 100 * v)
+    return num(scaled(v, 100))
 
 
-def td(v: float | None, digits: int = 2, cls: str = "") -> str:
-    dv = "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f' data-v="{v:.10g}"'
+def td(v: Any, digits: int = 2, cls: str = "") -> str:
+    v = number(v)
+    dv = "" if v is None else f' data-v="{v:.10g}"'
     c = f' class="{cls}"' if cls else ""
     return f"<td{c}{dv}>{num(v, digits)}</td>"
 
@@ -87,7 +97,7 @@ def _flat(d: Any, prefix: str = "", out: list | None = None, limit: int = 60) ->
                 break
             _flat(v, f"{prefix}{k}.", out, limit)
     else:
-        text = json.dumps(d) if isinstance(d, (list, bool)) or d is None else str(d)
+        text = json.dumps(clean(d)) if isinstance(d, (list, bool)) or d is None else str(clean(d))
         out.append((prefix.rstrip("."), text if len(text) < 160 else text[:157] + "..."))
     return out
 
@@ -103,7 +113,7 @@ def index_page(title: str, runs: list[dict], results: str) -> str:
         rows.append(
             f'<tr data-run="{escape(r["name"])}"><td class="l"><a href="#run-{escape(r["name"])}">{escape(r["label"])}</a></td>'
             f'<td class="l">{escape(r["split"])}</td>{td(r["stats"].get("num_tours"), 0)}{td(r["stats"].get("num_episodes"), 0)}'
-            f'{cells}{td(None if r["stats"].get("tndtw_paper") is None else 100 * r["stats"]["tndtw_paper"])}'
+            f'{cells}{td(scaled(r["stats"].get("tndtw_paper"), 100))}'
             f'<td class="l">{fp_cell}</td><td class="l" data-v="{"" if r["leaderboard_valid"] is None else int(r["leaderboard_valid"])}">'
             f'{badge(r["leaderboard_valid"], r["leaderboard_note"])}</td></tr>'
         )
@@ -146,9 +156,8 @@ def _run_section(r: dict) -> str:
     for t in tours:
         rows.append(
             f'<tr><td class="l" data-v="{escape(t["tour_id"])}"><a href="{escape(t["page"])}">tour {escape(t["tour_id"])}</a></td>'
-            f'<td class="l">{escape(t["scan"] or "")}</td>{td(t["episodes"], 0)}{td(None if t["tndtw"] is None else 100 * t["tndtw"])}'
-            f'{td(None if t["tndtw_paper"] is None else 100 * t["tndtw_paper"])}{td(t["weight"], 0)}'
-            f'{td(None if t["success"] is None else 100 * t["success"])}{td(t["teleports"], 0)}</tr>'
+            f'<td class="l">{escape(t["scan"] or "")}</td>{td(t["episodes"], 0)}{td(scaled(t["tndtw"], 100))}'
+            f'{td(scaled(t["tndtw_paper"], 100))}{td(t["weight"], 0)}{td(scaled(t["success"], 100))}{td(t["teleports"], 0)}</tr>'
         )
     parts.append(
         f'<h3>Tours</h3><table id="tours-{name}" class="data sortable tours"><thead><tr><th class="l">tour</th><th class="l">scene</th>'
@@ -215,7 +224,7 @@ def tour_page(ctx: dict) -> str:
     rows = []
     for ep in ctx["episodes"]:
         m = ep["metrics"] or {}
-        cells = "".join(td(None if m.get(key) is None else m[key] * sc, 0 if h == "steps" else 2) for h, key, sc in EPISODE_COLUMNS)
+        cells = "".join(td(scaled(m.get(key), sc), 0 if h == "steps" else 2) for h, key, sc in EPISODE_COLUMNS)
         b = ep["block"] or {}
         rows.append(f'<tr data-ep="{ep["index"]}"><td data-v="{ep["index"] + 1}">{ep["index"] + 1}</td><td class="l">{escape(ep["id"])}</td>'
                     f'{cells}{td(b.get("dtw"))}{td(b.get("n"), 0)}{td(b.get("m"), 0)}{td(ep["teleports"], 0)}</tr>')
