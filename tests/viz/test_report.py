@@ -255,3 +255,60 @@ def test_hostile_strings_in_results_survive_the_pages(small_results, tmp_path):
     assert next(e for e in tour["episodes"] if e["id"] == first)["metrics"]["note"] == "<!-- x </script>"
     index = parse(rep.index).json["report-data"]
     assert index["runs"][0]["tours"][0]["tour_id"] == "0"
+
+
+def media_refs(data) -> list[str]:
+    """Every file a page's embedded data points at: episode images and videos, tour pages."""
+    out = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k == "images" and isinstance(v, dict):
+                out += list(v.values())
+            elif k in ("video", "page") and isinstance(v, str):
+                out.append(v)
+            else:
+                out += media_refs(v)
+    elif isinstance(data, list):
+        for v in data:
+            out += media_refs(v)
+    return out
+
+
+def test_a_moved_report_holds_everything_its_pages_show(small_results, tmp_path):
+    """Moved elsewhere after its results folder is deleted, every src/href of every page (and every
+    image, video and page its embedded data names) is a file inside the report folder."""
+    results = tmp_path / "results"
+    shutil.copytree(small_results, results)
+    build_report(results, progress=False, workers=1)
+    moved = tmp_path / "shared" / "report"
+    moved.parent.mkdir()
+    shutil.move(str(results / "report"), str(moved))
+    shutil.rmtree(results)
+    checked = []
+    for page in sorted(moved.rglob("*.html")):
+        p = parse(page)
+        for ref in p.links + [r for block in p.json.values() for r in media_refs(block)]:
+            target = unquote(ref.split("#")[0])
+            if not target:
+                continue
+            assert not re.match(r"^[a-z]+:", ref), f"{page.name}: external or absolute link {ref!r}"
+            path = (page.parent / target).resolve()
+            assert path.is_relative_to(moved.resolve()) and path.is_file(), f"{page.name}: {ref!r} is not in the report"
+            checked.append(path.suffix)
+    assert {".mp4", ".png", ".jpg", ".css", ".js", ".html"} <= set(checked)
+
+
+def test_videos_are_copied_where_they_cannot_be_hard_linked(small_results, tmp_path, monkeypatch):
+    from ivln_ce.viz import files
+
+    def no_links(src, dst, **kw):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    results = tmp_path / "results"
+    shutil.copytree(small_results, results)
+    rep = build_report(results, progress=False, workers=1)
+    video = next(e["video"] for e in parse(rep.pages[0]).json["tour-data"]["episodes"] if e["video"])
+    copy = rep.pages[0].parent / unquote(video)
+    source = next(results.glob("videos_*/*/*.mp4"))
+    assert copy.read_bytes() == source.read_bytes() and copy.stat().st_ino != source.stat().st_ino

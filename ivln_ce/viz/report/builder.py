@@ -200,13 +200,15 @@ def _frames(task: TourTask, tour_key: str, ekey: str, img_dir: Path, stem: str, 
 
 
 def _video(task: TourTask, tour_key: str, ekey: str, stem: str, page_dir: Path, notes: list[str]) -> str | None:
-    """The episode's video, linked from the results folder."""
+    """The episode's video, put into the report (hard link or copy) so the report stands alone."""
     for ext in (".mp4", ".webm"):
         src = task.videos_dir / tour_key / f"{ekey}{ext}"
         if not present(src):
             continue
         try:
-            return _href(check_video(src, task.root), page_dir)
+            check_video(src, task.root)
+            dst = output_dir(page_dir, "video", safe_name(task.tour_id)) / f"{stem}{ext}"
+            return _href(link_or_copy(src.resolve(), dst), page_dir)
         except ResultsError as exc:
             notes.append(f"video {src.name} is left out: {exc}")
     return None
