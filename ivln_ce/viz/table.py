@@ -78,7 +78,7 @@ def mean_se(values: list[float]) -> tuple[float | None, float | None]:
     m = sum(values) / len(values)
     if len(values) < 2:
         return m, None
-    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    var = sum((v - m) * (v - m) for v in values) / (len(values) - 1)  # '**' would raise OverflowError near the float range
     return m, math.sqrt(var / len(values))
 
 

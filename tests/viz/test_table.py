@@ -79,3 +79,20 @@ def test_table_of_real_evaluations_and_cli(evaluated, capsys):
         (evaluated / "iterative_stats_ckpt_oracle_val_unseen.json").read_text())["tndtw"])
     assert main(["viz", "table", str(evaluated / "missing")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_extreme_and_malformed_values_give_a_table_or_a_named_error(tmp_path, capsys):
+    """Metrics near the float range, non-numbers and a config of the wrong type never end in a
+    traceback: extremes aggregate (inf where the spread overflows), non-numbers read as n/a."""
+    write_run(tmp_path / "s1", "cma", 1, metrics(1e308, "fast", 10**400))
+    write_run(tmp_path / "s2", "cma", 2, metrics(-1e308, [0.3], 0.4))
+    rows = results_table([tmp_path / "s1", tmp_path / "s2"])
+    assert len(rows) == 1 and rows[0].n == 2
+    assert rows[0].mean["TL"] == 0.0 and rows[0].se["TL"] == math.inf
+    assert rows[0].mean["SR"] is None and rows[0].mean["t-nDTW"] == pytest.approx(40.0)
+    assert main(["viz", "table", str(tmp_path / "s1"), str(tmp_path / "s2")]) == 0
+    stats = tmp_path / "s1" / "iterative_stats_ckpt_cma_val_unseen.json"
+    stats.write_text(json.dumps({"split": "val_unseen", "label": "cma", "config": [1, 2]}))
+    assert main(["viz", "table", str(tmp_path / "s1"), str(tmp_path / "s2")]) == 2
+    err = capsys.readouterr().err
+    assert f"{stats}: field 'config'" in err and "Traceback" not in err
