@@ -5,15 +5,20 @@ TensorBoard's own event reader, and draws one figure with four panels, every giv
 its own colour. Tags (the trainer's names): ``train/loss``, ``train/action_loss``,
 ``train/progress_loss``, ``train/action_accuracy``, ``train/beta`` against the training step,
 and ``eval_{split}_tndtw`` against the checkpoint (step = checkpoint index + 1, SPEC §10.2).
+
+Names taken from the files (tags, splits, folder names) are shown as plain text, never parsed
+as matplotlib mathtext (a tag like ``$x^{{{...}}}$`` would recurse without end), and the figure
+is written through ``viz.files.write_output`` (never through a link planted at its name).
 """
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Sequence
 
-from ivln_ce.viz.runs import ResultsError
+from ivln_ce.viz.files import ResultsError, write_output
 
 LOSS_TAGS = ("train/loss", "train/action_loss", "train/progress_loss")
 EVAL_TNDTW = re.compile(r"^eval_(.+)_tndtw$")
@@ -26,7 +31,15 @@ def event_files(train_dir: str | Path) -> list[Path]:
     files = sorted(root.rglob("events.out.tfevents.*")) if root.is_dir() else [root]
     if not files:
         raise ResultsError(f"{root}: no TensorBoard event files (events.out.tfevents.*) in this folder or below")
+    for f in files:
+        if not f.is_file():  # a folder, a device or a FIFO of that name: a read would never end or fail late
+            raise ResultsError(f"{f}: not a regular file")
     return files
+
+
+def plain(text: str) -> str:
+    """``text`` shown as it is: dollar signs escaped, so matplotlib never parses it as mathtext."""
+    return str(text).replace("$", r"\$")
 
 
 def read_scalars(train_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -81,7 +94,7 @@ def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequen
                 pts = scalars.get(tag)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=c, lw=1.4,
-                            label=f"{name}: {tag.split('/', 1)[-1]}" if len(tags) > 1 or len(runs) > 1 else tag)
+                            label=plain(f"{name}: {tag.split('/', 1)[-1]}" if len(tags) > 1 or len(runs) > 1 else tag))
                     drawn = True
         _finish(ax, title, xlabel, drawn)
     ax = axes[1][1]
@@ -92,12 +105,13 @@ def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequen
             split = EVAL_TNDTW.match(tag).group(1)
             scale = 100.0 if max(v for _, v in pts) <= 1.0 else 1.0  # logged as a fraction or x100
             ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], ("-o", "--s", ":^")[k % 3], color=c, lw=1.4, ms=4,
-                    label=f"{name}: {split}")
+                    label=plain(f"{name}: {split}"))
             drawn = True
     _finish(ax, "validation t-nDTW (x 100)", "checkpoint", drawn)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    return out
+    buf = io.BytesIO()
+    fig.savefig(buf, format=out.suffix.lower()[1:])
+    return write_output(out, buf.getvalue())
 
 
 def _finish(ax, title: str, xlabel: str, drawn: bool) -> None:

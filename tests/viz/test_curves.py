@@ -81,3 +81,19 @@ def test_a_panel_without_data_says_so(tmp_path):
     out = plot_curves([tmp_path / "only_loss"], tmp_path / "c.svg")
     assert out.read_text().count("no data logged") == 3
     assert np.isfinite(read_scalars(tmp_path / "only_loss")["train/loss"][0][1])
+
+
+def test_tags_are_plain_text_and_the_figure_is_not_written_through_a_link(tmp_path, capsys):
+    """A tag deeply nested in mathtext ($x^{{{...}}}$) once recursed without end in matplotlib's
+    parser, and a malformed one ($\\frac{$) failed with a message naming no file."""
+    for name, split in (("deep", "$" + "{" * 2000 + "x" + "}" * 2000 + "$"), ("broken", "$\\frac{$")):
+        with tb.SummaryWriter(str(tmp_path / name)) as w:
+            for c in (1, 2):
+                w.add_scalar(f"eval_{split}_tndtw", 0.3 + 0.1 * c, c)
+        assert main(["viz", "curves", str(tmp_path / name), "--out", str(tmp_path / f"{name}.png")]) == 0
+        assert cv2.imread(str(tmp_path / f"{name}.png")).shape[1] > 1000
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a figure")
+    (tmp_path / "deep" / "curves.png").symlink_to(outside)
+    assert main(["viz", "curves", str(tmp_path / "deep")]) == 2
+    assert "curves.png" in capsys.readouterr().err and outside.read_text() == "not a figure"
