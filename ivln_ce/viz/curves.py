@@ -37,9 +37,12 @@ def event_files(train_dir: str | Path) -> list[Path]:
     return files
 
 
-def plain(text: str) -> str:
-    """``text`` shown as it is: dollar signs escaped, so matplotlib never parses it as mathtext."""
-    return str(text).replace("$", r"\$")
+def plain(text: str, limit: int = 80) -> str:
+    """``text`` shown as it is (dollar signs escaped, so matplotlib never parses it as mathtext),
+    cut to ``limit`` characters so one long name cannot squeeze the panels to nothing."""
+    text = str(text)
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text.replace("$", r"\$")
 
 
 def read_scalars(train_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
