@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pytest
 
 from ivln_ce.cli import main
 from tests.viz.conftest import SMALL_RUN as RUN
@@ -391,7 +390,7 @@ def test_hostile_results_folders_fail_with_named_errors(small_results, tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "canary.txt").write_text(CANARY)
-    before = snapshot(outside)
+    before, base_before = snapshot(outside), snapshot(base)
     problems = []
     all_cases = cases(base)
     assert len(all_cases) > 100
@@ -416,4 +415,5 @@ def test_hostile_results_folders_fail_with_named_errors(small_results, tmp_path)
         leaked = [p for out in ("report", "maps") for p, data in snapshot(work / out).items() if CANARY.encode() in data]
         assert not leaked, f"{case.name}: the outside file was copied into the output: {leaked}"
         shutil.rmtree(work)
+    assert snapshot(base) == base_before  # the cases' hard-linked copies never wrote through to it
     assert not problems, f"{len(problems)} of {sum(len(c.commands) for c in all_cases)} runs failed:\n" + "\n".join(problems)
