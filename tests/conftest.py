@@ -1,6 +1,26 @@
+import os
 from pathlib import Path
 
 import pytest
+
+
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (``-n N``) give each worker its own share of the CPUs, inherited by the
+    environment workers, trainers and ranks it starts: they size their thread pools from the CPUs
+    they may use, so N workers never oversubscribe the machine (torch's OpenMP threads spin, and an
+    oversubscribed core made a single evaluation test 5x slower)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < count:
+        return
+    share = set(cpus[int(worker.removeprefix("gw")) % count::count])
+    os.sched_setaffinity(0, share)
+    os.environ["OMP_NUM_THREADS"] = str(len(share))
+
+
+_pin_xdist_worker()
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -47,6 +47,7 @@ from ivln_ce import fingerprint as fpr
 from ivln_ce import run_folder
 from ivln_ce.evaluation.recorders import FrameRecorder, MapRecorder, safe_name
 from ivln_ce.metrics.tour import score_split
+from ivln_ce.rollout.cpus import usable_cpus
 from ivln_ce.rollout.engine import EngineStats, RolloutEngine
 from ivln_ce.rollout.records import TourResult
 from ivln_ce.rollout.scripted import AGENTS as SCRIPTED_AGENTS
@@ -434,7 +435,7 @@ def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPat
     if in_workers:  # each worker runs its own copy of the policy (see eval.policy_process)
         driver, keys = None, ()
         scripted = "policy"
-        cores = os.cpu_count() or 1
+        cores = usable_cpus()
         extra = {"policy_config": resolved(cfg), "vocab_size": split.vocab_size, "threads": max(1, cores // num_envs)}
         expert = False
     else:

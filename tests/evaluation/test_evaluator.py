@@ -63,6 +63,7 @@ def test_kill_and_resume_gives_identical_results(tiny_benchmark, tmp_path):
     assert outputs(full, "random") == outputs(killed, "random")
 
 
+@pytest.mark.slow
 def test_two_local_workers_equal_one(tiny_benchmark, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     evaluate(eval_cfg(tiny_benchmark, one, "eval.agent=random", "eval.num_envs=1"))
@@ -81,6 +82,7 @@ def _rank(rank, world, data, results, port):
     evaluate(eval_cfg(data, results, "eval.agent=random"), rank=rank, world_size=world)
 
 
+@pytest.mark.slow
 def test_two_process_torch_distributed_equals_single_process(tiny_benchmark, tmp_path):
     mp = pytest.importorskip("torch.multiprocessing", reason="torch is needed for torch.distributed")
     single, dist = tmp_path / "single", tmp_path / "dist"

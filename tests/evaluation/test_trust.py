@@ -59,6 +59,7 @@ def test_map_records_are_named_by_the_finished_episode(tiny_benchmark, tmp_path)
             assert np.linalg.norm(z["path_agent"][-1] - z["goal"]) < 0.75  # the oracle ended at this goal
 
 
+@pytest.mark.slow
 def test_resume_reuses_only_results_of_the_same_inputs(tiny_benchmark, tmp_path, capsys):
     out = tmp_path / "run"
     evaluate(cfg_for(tiny_benchmark, out, "eval.agent=random", "seed=7"))
@@ -79,6 +80,7 @@ def test_resume_reuses_only_results_of_the_same_inputs(tiny_benchmark, tmp_path,
     assert official["resume"]["stale"] == official["num_tours"]
 
 
+@pytest.mark.slow
 def test_resume_notices_changed_data(tiny_benchmark, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(tiny_benchmark, data)
@@ -92,6 +94,7 @@ def test_resume_notices_changed_data(tiny_benchmark, tmp_path):
     assert again["resume"]["stale"] == again["num_tours"]
 
 
+@pytest.mark.slow
 def test_tndtw_variant_and_distance_are_honoured(tiny_benchmark, tmp_path):
     official = evaluate(cfg_for(tiny_benchmark, tmp_path / "o", "eval.agent=forward"))
     assert official["tndtw"] == official["tndtw_official"] and official["tndtw_variant"] == "official"
@@ -106,6 +109,7 @@ def test_tndtw_variant_and_distance_are_honoured(tiny_benchmark, tmp_path):
         evaluate(cfg_for(tiny_benchmark, tmp_path / "x", "eval.agent=forward", "metrics.tndtw.distance=geodesic"))
 
 
+@pytest.mark.slow
 def test_missing_reference_trajectories_are_reported(tiny_benchmark, tmp_path, caplog):
     data = tmp_path / "data"
     shutil.copytree(tiny_benchmark, data)

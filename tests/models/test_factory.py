@@ -142,6 +142,7 @@ def test_errors_name_the_key_and_the_file(tmp_path):
     assert reports == []
 
 
+@pytest.mark.slow
 def test_a_checkpoint_trained_with_another_architecture_is_refused_with_the_key_named(tmp_path):
     from ivln_ce.config import resolved
 

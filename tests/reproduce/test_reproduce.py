@@ -9,6 +9,9 @@ import pytest
 
 pytest.importorskip("torch", reason="training needs torch")
 
+# the whole pipeline at tiny scale: minutes of training and evaluation (README: the long tests)
+pytestmark = pytest.mark.slow
+
 from ivln_ce.cli import main  # noqa: E402
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, REFERENCE_AGENTS, TABLE3  # noqa: E402
 

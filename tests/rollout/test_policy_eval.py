@@ -30,15 +30,23 @@ MAP = ["policy.name=map_cma", "simulator.sensors=[depth,semantic]", *SMALL]
 TOUR = ["policy.name=tour_cma", "simulator.sensors=[rgb,depth]", *SMALL]
 
 
-@pytest.mark.parametrize("policy", [MAP, TOUR], ids=["map_cma", "tour_cma"])
-def test_random_policies_evaluate_and_do_not_depend_on_the_number_of_environments(tiny_benchmark, tmp_path, policy):
+ALL_LAYOUTS = (("workers", 1), ("workers", 2), ("workers", 4), ("main", 1), ("main", 3))
+
+
+@pytest.mark.parametrize("policy, layouts, tours", [
+    (MAP, (("workers", 1), ("workers", 2), ("main", 2)), "[0,1]"),
+    pytest.param(MAP, ALL_LAYOUTS, "[0,1,2,3]", marks=pytest.mark.slow),
+    pytest.param(TOUR, ALL_LAYOUTS, "[0,1,2,3]", marks=pytest.mark.slow),
+], ids=["map_cma", "map_cma-every-layout", "tour_cma-every-layout"])
+def test_random_policies_evaluate_and_do_not_depend_on_the_number_of_environments(tiny_benchmark, tmp_path, policy, layouts,
+                                                                                   tours):
     runs, lats = {}, {}
     # the policy in the parent process (batched) and inside each worker (batch 1) at several K
-    for mode, k in (("workers", 1), ("workers", 2), ("workers", 4), ("main", 1), ("main", 3)):
+    for mode, k in layouts:
         # oracle walks are cut (teleport) after 12 steps and episodes after 12 actions: short, yet every
         # kind of step (agent, oracle goal/start, teleports, tour starts) passes through the policy
         out = tmp_path / f"{mode}{k}"
-        summary = evaluate(cfg(tiny_benchmark, out, *policy, "eval.tours=[0,1,2,3]", f"eval.num_envs={k}",
+        summary = evaluate(cfg(tiny_benchmark, out, *policy, f"eval.tours={tours}", f"eval.num_envs={k}",
                                f"eval.policy_process={mode}", "env.oracle_step_limit=12", "env.max_agent_steps=12"),
                            show_progress=False)
         assert summary["num_episodes"] == sum(len(v) for v in outputs(out, summary["label"])["iterative_all_stats"].values())
@@ -58,6 +66,7 @@ def _set_head(policy, bias):
         policy.action_distribution.linear.bias.copy_(torch.tensor(bias))
 
 
+@pytest.mark.slow
 def test_a_policy_that_always_stops_equals_the_stop_agent(tiny_benchmark, tmp_path):
     from ivln_ce.models.factory import build_policy, save_checkpoint
 
@@ -96,6 +105,7 @@ class ExpertCopy:
         pass
 
 
+@pytest.mark.slow
 def test_a_policy_copying_the_expert_reproduces_the_oracle_path_logs(tiny_benchmark, tmp_path):
     evaluate(cfg(tiny_benchmark, tmp_path / "x", "policy.name=cma", "simulator.sensors=[]", "eval.label=copy", "eval.num_envs=2"),
              show_progress=False, policy_agent=ExpertCopy())
@@ -141,6 +151,7 @@ def test_memory_signals_follow_the_mask_table(tiny_benchmark, tmp_path):
         assert any(p != "agent" for _, _, p, _, _ in steps)  # oracle walks were seen
 
 
+@pytest.mark.slow
 def test_official_layout_checkpoint_evaluates(tiny_benchmark, tmp_path):
     import sys
 
@@ -203,6 +214,7 @@ def _folder_rank(rank, world, data, folder, out, port):
     assert (summary is None) == (rank != 0)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_folder_under_torchrun_equals_one_process(tiny_benchmark, tmp_path):
     import socket
 

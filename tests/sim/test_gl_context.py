@@ -69,6 +69,7 @@ def test_renderer_then_triton_then_torch_optimizer(scene_file):
     assert ok.stdout.startswith("survived") and float(ok.stdout.split()[1]) > 0
 
 
+@pytest.mark.slow
 def test_train_rednet_entry_point_survives(tmp_path):
     """`ivln-ce train-rednet` renders frames, then builds Adam: the command that crashed."""
     out = tmp_path / "rednet"

@@ -21,6 +21,7 @@ def test_segmenter_output_is_class_maps_at_depth_resolution():
     assert out.shape == (2, 32, 32) and out.dtype == torch.uint8 and int(out.max()) < 13
 
 
+@pytest.mark.slow
 def test_training_loop_checkpoints_resumes_and_reports(tmp_path):
     cfg = RedNetTrainConfig(out=str(tmp_path), preset="tiny", size=32, frames_per_house=4, epochs=1, batch_size=4, max_train_houses=1, max_eval_houses=1)
     report = train_rednet(cfg, log=lambda *_: None)

@@ -22,6 +22,7 @@ def test_tour_memory_policies_are_refused_under_episodic_dagger_batches(tmp_path
     check_train_config(load_config(None, latent(tmp_path, tmp_path / "x", "policy.name=cma")))  # CMA has none
 
 
+@pytest.mark.slow
 def test_an_official_batch_order_without_a_single_batch_is_refused(tiny_benchmark, tmp_path):
     # 2 episodes in three loader shares of batch 2: every share's only batch is incomplete and dropped
     cfg = load_config(None, latent(tiny_benchmark, tmp_path / "o", "train.update_size=2", "train.official_batching=true"))

@@ -115,8 +115,14 @@ def test_killed_writer_never_corrupts_the_store(tmp_path):
     """)
     killed_while_writing = 0
     for trial in range(4):
+        before = len(TrajectoryStore(tmp_path)) if trial else 0
         p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline() == "writing\n"  # the writer is open: the kill lands mid-stream
+        # on a loaded machine the first episode can take longer than the pause below: wait for
+        # one to be committed, so every trial kills a writer that has written
+        deadline = time.monotonic() + 60
+        while p.poll() is None and time.monotonic() < deadline and len(TrajectoryStore(tmp_path)) <= before:
+            time.sleep(0.005)
         time.sleep(0.02 + 0.03 * trial)
         if p.poll() is None:
             killed_while_writing += 1

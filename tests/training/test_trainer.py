@@ -69,6 +69,7 @@ def test_stored_labels_are_the_experts_whatever_was_executed(tiny_benchmark, tmp
     assert differed > 0  # the policy's actions were executed (round 1 has beta = 0)
 
 
+@pytest.mark.slow
 def test_collection_does_not_depend_on_the_number_of_environments(tiny_benchmark, tmp_path):
     runs = []
     for k in (1, 3):
@@ -113,6 +114,7 @@ def _final_weights(out):
     return read_checkpoint(ckpts[-1])["state_dict"], [p.name for p in ckpts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store_kind", ["full", "actions_only"])
 def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path, store_kind):
     """SIGKILL at several moments, then a restart: the final weights equal an uninterrupted
@@ -244,7 +246,8 @@ def _grads(rank, world, port, out, lengths, official):
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("lengths, official", [((3, 3, 6, 6), False), ((3, 3, 6, 6), True), ((6, 3, 4, 6), True)],
+@pytest.mark.parametrize("lengths, official", [((3, 3, 6, 6), False), pytest.param((3, 3, 6, 6), True, marks=pytest.mark.slow),
+                                                pytest.param((6, 3, 4, 6), True, marks=pytest.mark.slow)],
                          ids=["unequal-slices-fixed", "unequal-slices-official", "equal-slice-maxima-official-t1"])
 def test_data_parallel_gradients_equal_the_single_process_gradients(tmp_path, lengths, official):
     """The global batch split over 2 gloo ranks gives the 1-process gradients and BatchNorm
@@ -284,6 +287,7 @@ def _scalars(rank, world, port, out):
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_logged_losses_are_the_global_batch_means_under_data_parallelism(tmp_path):
     """TensorBoard shows the global batch's mean loss (the ranks' scaled losses summed, divided
     by the number of ranks once) and the accuracy over every rank's steps; a rank without data
@@ -306,6 +310,7 @@ def test_rank_batches_pad_every_slice_to_the_global_batch_maximum():
     assert rank_batches([[2, 4, 0]], lengths, 0, 1) == [[(2, 6), (4, 6), (0, 6)]]
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_train_like_one_process(tiny_benchmark, tmp_path):
     """End to end: 2 ranks collect their shares into two shards and train on half of every
     global batch; the weights match 1 process up to Adam's amplification of float noise
@@ -429,6 +434,7 @@ def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(ti
     trainer._evaluate_checkpoint(cfg, out, 0, None)  # a second time: reuses the first evaluation's tours
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_evaluating_a_checkpoint_evaluates_it_when_resumed(tiny_benchmark, tmp_path, monkeypatch):
     """The resume point before an in-training evaluation names the checkpoint: a run stopped
     during the evaluation evaluates it when it resumes, logs it, and ends with the weights of
