@@ -381,7 +381,8 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
                 lines.append(f"{t:>8} {p.houses[i][:16]:>16} {a:9.2f} {b:9.2f} {a - b:+8.2f}")
             lines.append("")
     any_iv = next(iter(c.intervals.values()))
-    lines.append(f"{c.split}: {names[0]} - {names[1]}, paired per tour; {any_iv.tours} tours in {any_iv.houses} houses, "
+    tours, houses = (f"{k} {w}{'' if k == 1 else 's'}" for k, w in ((any_iv.tours, "tour"), (any_iv.houses, "house")))
+    lines.append(f"{c.split}: {names[0]} - {names[1]}, paired per tour; {tours} in {houses}, "
                  f"{any_iv.seeds} seed(s); {100 * any_iv.level:g} % percentile interval of a hierarchical bootstrap "
                  f"({'seeds, ' if any_iv.seeds > 1 else ''}houses, tours; {any_iv.resamples} resamples)")
     lines.append(f"{'metric':>7} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}   interval")

@@ -102,11 +102,15 @@ def _paired(out: Path, a: tuple[str, str], b: tuple[str, str], seeds: int, split
         return str(exc)
 
 
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}{'' if k == 1 else 's'}"
+
+
 def _difference(c: Comparison, split: str = "val_unseen") -> str:
     iv = c.intervals["t-nDTW"]
     field = "" if c.tndtw_field == "tndtw" else f" ({c.tndtw_field.replace('tndtw_', '')} variant)"
     return (f"paired difference per tour in {split} t-nDTW{field} {iv.mean:+.1f} ({100 * iv.level:g} % interval "
-            f"{iv.low:+.1f} to {iv.high:+.1f}; {iv.tours} tours in {iv.houses} houses, {iv.seeds} seed(s))")
+            f"{iv.low:+.1f} to {iv.high:+.1f}; {_n(iv.tours, 'tour')} in {_n(iv.houses, 'house')}, {iv.seeds} seed(s))")
 
 
 def _record(records: list, name: str, c: Comparison | str, direction: int, paper: float | None) -> str | None:
