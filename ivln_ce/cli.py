@@ -125,6 +125,31 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ivln_ce.data.jsonio import write_json
+    from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison, read_tours, verdict
+
+    dirs = args.results
+    if len(dirs) % 2:
+        raise UsageError(f"results folders come in pairs, A B [A2 B2 ...] (one pair per training seed); got {len(dirs)}")
+    pairs = [(read_tours(a, args.split, args.label_a), read_tours(b, args.split, args.label_b))
+             for a, b in zip(dirs[::2], dirs[1::2])]
+    result = compare(pairs, resamples=args.resamples, seed=args.seed, level=args.level, tndtw=args.tndtw)
+    la, lb = pairs[0][0].label, pairs[0][1].label
+    names = (la, lb) if la != lb else ("A", "B")
+    verdicts = {}
+    if args.expect:
+        verdicts = {m: verdict(iv, 1 if args.expect == "greater" else -1) for m, iv in result.intervals.items()}
+    print(format_comparison(result, names, per_tour=not args.summary))
+    for m, v in verdicts.items():
+        print(f"{m}: {v.word} (expected {names[0]} {'>' if v.direction > 0 else '<'} {names[1]}; "
+              f"interval [{v.low:+.2f}, {v.high:+.2f}])")
+    out = Path(args.out or f"compare_{args.split}.json")
+    write_json(out, comparison_json(result, verdicts), indent=2)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     print(to_yaml(cfg), end="")
@@ -437,6 +462,26 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--data", default=None, help="benchmark folder (default data/synthetic_<preset>; built if missing)")
     rp.add_argument("--num-envs", type=int, default=None, help="environments per training and evaluation (default: the scale's)")
     rp.set_defaults(func=cmd_reproduce)
+
+    cm = sub.add_parser("compare", help="paired per-tour differences of two evaluations of the same tours, with "
+                                         "hierarchical bootstrap intervals (houses, tours; seeds when several pairs)")
+    cm.add_argument("results", nargs="+", metavar="RESULTS",
+                    help="results folders of `ivln-ce eval` in pairs: A B [A2 B2 ...], one pair per training seed; "
+                         "differences are A - B")
+    cm.add_argument("--split", default="val_unseen")
+    cm.add_argument("--label-a", default=None, help="the run label in the A folders (when they hold several)")
+    cm.add_argument("--label-b", default=None, help="the run label in the B folders (when they hold several)")
+    cm.add_argument("--resamples", type=int, default=10000, help="bootstrap replicates (default 10000)")
+    cm.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's random stream")
+    cm.add_argument("--level", type=float, default=0.95, help="interval coverage (default 0.95)")
+    cm.add_argument("--tndtw", choices=["auto", "tndtw", "tndtw_official", "tndtw_paper"], default="auto",
+                    help="per-tour t-nDTW field: auto = the configured variant where both runs have it for every tour, "
+                         "else the paper variant (partial runs have no official t-nDTW)")
+    cm.add_argument("--expect", choices=["greater", "less"], default=None,
+                    help="the claimed direction of A - B: adds a verdict per metric (reproduced / not reproduced / inconclusive)")
+    cm.add_argument("--summary", action="store_true", help="omit the per-tour rows")
+    cm.add_argument("--out", default=None, help="JSON report (default compare_<split>.json)")
+    cm.set_defaults(func=cmd_compare)
 
     c = sub.add_parser("config", help="inspect configs")
     csub = c.add_subparsers(dest="config_command", required=True)

@@ -42,3 +42,22 @@ def tiny_benchmark(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synth_tiny")
     build_synthetic("tiny", out, seed=0, progress=False)
     return out
+
+
+@pytest.fixture
+def cuda_exact():
+    """A CUDA device for a CPU-vs-GPU comparison, with float32 kept float32 (no TF32 in
+    convolutions, which cuDNN allows by default, or in matrix products) and deterministic cuDNN
+    algorithms; the settings are restored afterwards. Skips where torch sees no CUDA device."""
+    torch = pytest.importorskip("torch", reason="needs torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device: torch.cuda.is_available() is False")
+    b = torch.backends
+    saved = (b.cudnn.deterministic, b.cudnn.benchmark, b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    b.cudnn.deterministic, b.cudnn.benchmark, b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32 = True, False, False, False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield torch.device("cuda:0")
+    finally:
+        b.cudnn.deterministic, b.cudnn.benchmark, b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32 = saved[:4]
+        torch.set_float32_matmul_precision(saved[4])

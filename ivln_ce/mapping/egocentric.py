@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ivln_ce.mapping import kernels
+from ivln_ce.mapping.projection import cos_sin, true_div
 from ivln_ce.mapping.world_grid import NEG, WorldGrid
 
 RENDER_BELOW, RENDER_ABOVE = 1.25, 0.75
@@ -50,14 +51,14 @@ def _splat(bidx, x, y, z, lab, sensors, headings, B: int, size: int, cell: float
     dev = x.device
     half = size * cell / 2
     s = sensors.to(dev).float()
-    h = headings.to(dev).float()
-    c, sn = torch.cos(h)[bidx], torch.sin(h)[bidx]
+    c, sn = cos_sin(headings, dev)
+    c, sn = c[bidx], sn[bidx]
     lo, hi = (s[:, 1] - RENDER_BELOW)[bidx], (s[:, 1] + RENDER_ABOVE)[bidx]
     ok = (y > lo) & (y < hi)  # also drops empty grid cells (y = -inf)
     dx, dz = x - s[bidx, 0], z - s[bidx, 2]
     # rotate by -heading: the agent's forward (-z rotated by heading) becomes -z
-    col = torch.round((c * dx - sn * dz + half) / cell).long()
-    row = torch.round((sn * dx + c * dz + half) / cell).long()
+    col = torch.round(true_div(c * dx - sn * dz + half, cell)).long()
+    row = torch.round(true_div(sn * dx + c * dz + half, cell)).long()
     ok = ok & (row >= 0) & (row < size) & (col >= 0) & (col < size)
     flat = (bidx * size * size + row * size + col)[ok]
     cells = B * size * size

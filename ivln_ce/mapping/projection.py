@@ -1,4 +1,11 @@
-"""Depth -> world points with the official intrinsics, filters and frame (SPEC §6.2-6.4)."""
+"""Depth -> world points with the official intrinsics, filters and frame (SPEC §6.2-6.4).
+
+The per-image factors (ray factors, cos/sin of the headings: W + H + 2B numbers) are computed
+on the CPU and moved to the mapper's device: CUDA's ``sinf``/``cosf`` and its division by a
+Python scalar (a multiply by the reciprocal) differ from the CPU's in the last bit for some
+inputs, and the numba backend takes the CPU's, so one place of computation keeps the maps of
+every device bit-identical (``true_div`` divides by a scalar exactly on every device).
+"""
 
 from __future__ import annotations
 
@@ -21,9 +28,21 @@ def official_intrinsics(width: int, height: int, hfov: float) -> tuple[float, fl
 def pixel_rays(width: int, height: int, hfov: float, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column and per-row camera-ray factors (W,), (H,): x_c = d * u, y_c = d * v."""
     fx, fy, cx, cy = official_intrinsics(width, height, hfov)
-    u = (torch.arange(width, device=device, dtype=torch.float32) + 0.5 - cx) / fx
-    v = (torch.arange(height, device=device, dtype=torch.float32) + 0.5 - cy) / fy
-    return u, v
+    u = (torch.arange(width, dtype=torch.float32) + 0.5 - cx) / fx
+    v = (torch.arange(height, dtype=torch.float32) + 0.5 - cy) / fy
+    return u.to(device), v.to(device)
+
+
+def cos_sin(heading: torch.Tensor, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 cos and sin of (B,) headings, computed on the CPU, on ``device``."""
+    h = heading.detach().float().cpu().reshape(-1)
+    return torch.cos(h).to(device), torch.sin(h).to(device)
+
+
+def true_div(x: torch.Tensor, scalar: float) -> torch.Tensor:
+    """``x / scalar`` correctly rounded on every device (CUDA turns a division by a Python
+    scalar into a multiplication by its reciprocal; a divisor tensor on the device is divided)."""
+    return x / torch.tensor(scalar, dtype=x.dtype, device=x.device)
 
 
 def ray_directions(u: torch.Tensor, heading: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,7 +51,8 @@ def ray_directions(u: torch.Tensor, heading: torch.Tensor) -> tuple[torch.Tensor
     p_w = R_y(theta) R_x(pi) (d u, d v, d) + s gives x = d (cos u - sin) + s_x and
     z = d (-sin u - cos) + s_z; folding the rotation into one factor per column makes a point
     two multiply-adds (the numba kernel computes the same factors the same way)."""
-    c, s = torch.cos(heading.float())[:, None], torch.sin(heading.float())[:, None]
+    c, s = cos_sin(heading, u.device)
+    c, s = c[:, None], s[:, None]
     return c * u[None, :] - s, -s * u[None, :] - c
 
 

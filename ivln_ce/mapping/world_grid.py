@@ -27,7 +27,7 @@ import torch
 
 from ivln_ce.mapping import kernels
 from ivln_ce.mapping.point_store import PointStore
-from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW, DEPTH_MAX, DEPTH_MIN, pixel_rays, ray_directions, unproject
+from ivln_ce.mapping.projection import BAND_ABOVE, BAND_BELOW, DEPTH_MAX, DEPTH_MIN, pixel_rays, ray_directions, true_div, unproject
 
 NEG = float("-inf")
 BACKENDS = ("auto", "torch", "numba")
@@ -246,7 +246,7 @@ class WorldGrid:
         r = int(math.ceil(radius / self.cell)) + 1
         offs = torch.arange(-r, r + 1, device=self.device)
         slots = self._slot_tensor(streams)
-        c = torch.round(centres[:, [0, 2]].to(self.device).float() / self.cell).long() - self.origin[slots]
+        c = torch.round(true_div(centres[:, [0, 2]].to(self.device).float(), self.cell)).long() - self.origin[slots]
         rows = (c[:, 1:2] + offs[None]).clamp(0, self.n - 1)
         cols = (c[:, 0:1] + offs[None]).clamp(0, self.n - 1)
         flat = (rows[:, :, None] * self.n + cols[:, None, :]).reshape(len(streams), -1)

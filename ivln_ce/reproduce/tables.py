@@ -4,8 +4,14 @@ Each cell is the mean ± standard error over seeds of one metric (TL and NE in m
 others x 100) on one split, read from the evaluations' ``iterative_stats_ckpt_final_{split}.json``
 files; ``table{3,4}_sources.json`` lists, for every row and split, the files its cells come
 from, so every number traces to a results file. The paper's numbers sit beside ours (a
-"paper" row under each "ours" row). A verdict per finding compares the paired difference
-over seeds (same seed, two settings) with its standard error.
+"paper" row under each "ours" row).
+
+The findings (``findings.md``) pair the two settings of each claim tour by tour: the mean
+per-tour difference in val_unseen t-nDTW over every seed, its 95 % interval from the
+hierarchical bootstrap of ``stats.py`` (seeds, houses, tours), and the verdict of
+``stats.verdict``: reproduced when the interval excludes 0 on the paper's side, not reproduced
+when it excludes 0 on the other side, inconclusive otherwise. "No better" claims (latent tour
+memory, known maps) take the sign of the paper's difference (negative).
 """
 
 from __future__ import annotations
@@ -18,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
+from ivln_ce.reproduce.stats import VERDICTS, Comparison, compare, read_tours, verdict
+from ivln_ce.viz.runs import ResultsError
 from ivln_ce.viz.table import mean_se as seed_mean_se
+
+#: bootstrap replicates of every finding
+RESAMPLES = 10_000
 
 METRICS = {"TL": "path_length", "NE": "distance_to_goal", "OS": "oracle_success", "nDTW": "ndtw", "SR": "success",
            "SPL": "spl", "t-nDTW": "tndtw"}
@@ -71,39 +82,63 @@ def collect(out: Path, key: str, mode: str, seeds: int) -> tuple[dict, dict]:
     return values, sources
 
 
-def _paired(out: Path, a: tuple[str, str], b: tuple[str, str], seeds: int, split: str = "val_unseen") -> tuple[float | None, float | None, int]:
-    """Mean and SE over seeds of t-nDTW(a) - t-nDTW(b) (x 100); a, b = (run key, eval mode)."""
-    diffs = []
+def _paired(out: Path, a: tuple[str, str], b: tuple[str, str], seeds: int, split: str = "val_unseen",
+            resamples: int = RESAMPLES) -> Comparison | str:
+    """Paired per-tour differences a - b over the seeds where both evaluations exist, with the
+    hierarchical bootstrap of ``stats.py``; a, b = (run key, eval mode). A string says why none."""
+    pairs = []
     for seed in range(seeds):
-        fa, fb = stats_file(out, *a[:1], seed, split, a[1]), stats_file(out, *b[:1], seed, split, b[1])
+        fa, fb = stats_file(out, a[0], seed, split, a[1]), stats_file(out, b[0], seed, split, b[1])
         if fa.exists() and fb.exists():
-            va, vb = json.loads(fa.read_text()).get("tndtw"), json.loads(fb.read_text()).get("tndtw")
-            if va is not None and vb is not None:
-                diffs.append(100.0 * (va - vb))
-    m, se = mean_se(diffs)
-    return m, se, len(diffs)
+            try:
+                pairs.append((read_tours(fa.parent, split, "final"), read_tours(fb.parent, split, "final")))
+            except ResultsError as exc:
+                return str(exc)
+    if not pairs:
+        return "no seed has both evaluations"
+    try:
+        return compare(pairs, resamples=resamples, seed=0)
+    except ResultsError as exc:
+        return str(exc)
 
 
-def _verdict(name: str, m: float | None, se: float | None, n: int, paper: float, claim: str) -> str:
-    if m is None:
-        return f"{name}: not computed (t-nDTW missing; partial evaluation at this scale)."
-    err = f" ± {se:.1f}" if se is not None else " (one seed: no error bar)"
-    if claim == "better":
-        ok = m > 0 and (se is None or m > 2 * se)
-        word = "reproduced" if ok else ("same direction, not significant" if m > 0 else "not reproduced")
-    else:  # "no better": the first is not better than the second
-        ok = se is None and m <= 0 or se is not None and m <= 2 * se
-        word = "reproduced (no significant gain)" if ok else "not reproduced (a significant gain)"
-    return f"{name}: paired difference in val_unseen t-nDTW {m:+.1f}{err} over {n} seed(s) (paper {paper:+.0f}) - {word}."
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}{'' if k == 1 else 's'}"
 
 
-def _floor_verdict(name: str, m: float | None, se: float | None, n: int) -> str:
-    if m is None:
-        return f"{name} beats the random agent: not computed (t-nDTW missing)."
-    err = f" ± {se:.1f}" if se is not None else " (one seed: no error bar)"
-    ok = m > 0 and (se is None or m > 2 * se)
-    return (f"{name} beats the random agent: paired difference in val_unseen t-nDTW {m:+.1f}{err} over {n} seed(s) - "
-            f"{'yes' if ok else 'no'}.")
+def _difference(c: Comparison, split: str = "val_unseen") -> str:
+    iv = c.intervals["t-nDTW"]
+    field = "" if c.tndtw_field == "tndtw" else f" ({c.tndtw_field.replace('tndtw_', '')} variant)"
+    return (f"paired difference per tour in {split} t-nDTW{field} {iv.mean:+.1f} ({100 * iv.level:g} % interval "
+            f"{iv.low:+.1f} to {iv.high:+.1f}; {_n(iv.tours, 'tour')} in {_n(iv.houses, 'house')}, {iv.seeds} seed(s))")
+
+
+def _record(records: list, name: str, c: Comparison | str, direction: int, paper: float | None) -> str | None:
+    """Append the finding's numbers (every metric's interval) to ``records``; its verdict word."""
+    if isinstance(c, str):
+        records.append({"finding": name, "computed": False, "why": c, "paper": paper})
+        return None
+    v = verdict(c.intervals["t-nDTW"], direction)
+    records.append({"finding": name, "computed": True, "paper": paper, "direction": direction, "verdict": v.word,
+                    "tndtw_field": c.tndtw_field, "intervals": {m: iv.as_dict() for m, iv in c.intervals.items()},
+                    "sources": [{"a": a, "b": b} for a, b in c.sources]})
+    return v.word
+
+
+def _finding(records: list, name: str, c: Comparison | str, paper: float, direction: int) -> str:
+    """One finding: the paper claims the difference has the sign of ``direction``."""
+    word = _record(records, name, c, direction, paper)
+    if word is None:
+        return f"{name}: not computed ({c})."
+    return f"{name}: {_difference(c)} (paper {paper:+.0f}) - {word}."
+
+
+def _floor_finding(records: list, name: str, c: Comparison | str) -> str:
+    name = f"{name} beats the random agent"
+    word = _record(records, name, c, 1, None)
+    if word is None:
+        return f"{name}: not computed ({c})."
+    return f"{name}: {_difference(c)} - {dict(zip(VERDICTS, ('yes', 'no (worse)', 'inconclusive')))[word]}."
 
 
 def _rows_table3(out: Path, runs: list[Run], seeds: int):
@@ -177,7 +212,7 @@ def _latex(head, rows, caption: str) -> str:
 
 
 def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str, Any]:
-    files, verdicts = [], []
+    files, verdicts, records = [], [], []
     by_table = {"table3": [r for r in runs if r.table == "table3"], "table4": [r for r in runs if r.table == "table4"]}
     for name, rs in by_table.items():
         if not rs:
@@ -197,30 +232,29 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
     if by_table["table3"] and "cma" in keys:
         for m in ("tour_cma", "pool_cma", "pool_end_cma"):
             if m in keys:
-                d, se, n = _paired(out, (m, "-"), ("cma", "-"), seeds)
                 paper = PAPER_TABLE3[m]["val_unseen"][-1] - PAPER_TABLE3["cma"]["val_unseen"][-1]
-                verdicts.append(_verdict(f"Latent tour memory does not help: {NAMES[m]} - CMA", d, se, n, paper, "no better"))
+                verdicts.append(_finding(records, f"Latent tour memory does not help: {NAMES[m]} - CMA",
+                                         _paired(out, (m, "-"), ("cma", "-"), seeds), paper, -1))
     if by_table["table4"]:
-        checks = [("gt", ("map_cma_gt_iterative", "iterative"), ("map_cma_gt_episodic", "episodic"), "better",
+        checks = [("gt", ("map_cma_gt_iterative", "iterative"), ("map_cma_gt_episodic", "episodic"), 1,
                    "Map memory over tours helps (GT semantics): train+eval It - train+eval Ep"),
-                  ("rednet", ("map_cma_rednet_iterative", "iterative"), ("map_cma_rednet_iterative", "episodic"), "better",
+                  ("rednet", ("map_cma_rednet_iterative", "iterative"), ("map_cma_rednet_iterative", "episodic"), 1,
                    "Map memory over tours helps (RedNet semantics): It-trained, eval It - eval Ep"),
-                  ("gt", ("map_cma_gt_known", "known"), ("map_cma_gt_iterative", "iterative"), "no better",
+                  ("gt", ("map_cma_gt_known", "known"), ("map_cma_gt_iterative", "iterative"), -1,
                    "Known maps are no better than iterative (GT): Kn/Kn - It/It"),
-                  ("rednet", ("map_cma_rednet_known", "known"), ("map_cma_rednet_iterative", "iterative"), "no better",
+                  ("rednet", ("map_cma_rednet_known", "known"), ("map_cma_rednet_iterative", "iterative"), -1,
                    "Known maps are no better than iterative (RedNet): Kn/Kn - It/It")]
-        for sem, a, b, claim, name in checks:
+        for sem, a, b, direction, name in checks:
             if a[0] in keys and b[0] in keys:
-                d, se, n = _paired(out, a, b, seeds)
                 pa = PAPER_TABLE4[(sem, a[0].rsplit("_", 1)[1], a[1])]["val_unseen"][-1]
                 pb = PAPER_TABLE4[(sem, b[0].rsplit("_", 1)[1], b[1])]["val_unseen"][-1]
-                verdicts.append(_verdict(name, d, se, n, pa - pb, claim))
+                verdicts.append(_finding(records, name, _paired(out, a, b, seeds), pa - pb, direction))
     for run in runs:  # the floor: a trained model should beat the random agent on the same tours
         mode = "-" if run.table == "table3" else run.train_mode
-        d, se, n = _paired(out, (run.key, mode), ("reference_random", "-"), seeds)
         name = NAMES[run.key] if run.table == "table3" else (
             f"MAP-CMA ({'GT' if run.semantics == 'gt' else 'RedNet'} semantics, {mode} maps in training and evaluation)")
-        verdicts.append(_floor_verdict(name, d, se, n))
+        verdicts.append(_floor_finding(records, name, _paired(out, (run.key, mode), ("reference_random", "-"), seeds)))
     if verdicts:
         (out / "findings.md").write_text("# Findings\n\n" + "".join(f"- {v}\n" for v in verdicts))
+        (out / "findings.json").write_text(json.dumps(records, indent=2))
     return {"files": files, "verdicts": verdicts}

@@ -1,21 +1,29 @@
 """The tables and findings of ``reproduce`` from hand-made results files: mean ± standard error
-over seeds, paired differences and their verdicts, computed by hand below."""
+over seeds in the cells; in the findings, paired per-tour differences with hierarchical
+bootstrap intervals and their verdicts, computed by hand below."""
 
 import csv
 import json
+
+import pytest
 
 from ivln_ce.reproduce.plan import EVAL_SPLITS, table3_runs
 from ivln_ce.reproduce.tables import stats_file, write_tables
 
 # val_unseen t-nDTW per seed (val_seen gets the same values; TL is 5, 6, 7 m for every model)
+# Every tour of a seed's evaluation has the split's t-nDTW (4 tours in 2 houses), so a seed's
+# paired differences are one constant and the bootstrap's spread comes from the seeds: a
+# replicate is the mean of 3 seeds drawn with replacement, and each extreme (all three draws
+# the same seed) has probability 1/27 = 3.7 % > 2.5 %: the 95 % interval is [min, max].
 TNDTW = {
     "cma": [0.30, 0.34, 0.38],
-    "tour_cma": [0.31, 0.33, 0.41],  # - CMA: +1, -1, +3 -> mean +1.0, sd 2, se 2/sqrt(3) = 1.15
-    "pool_cma": [0.40, 0.45, 0.47],  # - CMA: +10, +11, +9 -> mean +10.0, se 0.58: a significant gain
-    "pool_end_cma": [0.30, 0.34, None],  # seed 2 missing: 2 paired seeds, difference 0 +- 0
-    "reference_random": [0.20, 0.20, 0.20],  # CMA - random: +10, +14, +18 -> +14.0 +- 2.3
+    "tour_cma": [0.31, 0.33, 0.41],  # - CMA: +1, -1, +3 -> mean +1.0, interval [-1, +3]: inconclusive
+    "pool_cma": [0.40, 0.45, 0.47],  # - CMA: +10, +11, +9 -> [+9, +11]: a gain the paper does not have
+    "pool_end_cma": [0.30, 0.34, None],  # seed 2 missing: 2 paired seeds, difference 0, [0, 0]
+    "reference_random": [0.20, 0.20, 0.20],  # CMA - random: +10, +14, +18 -> +14.0, [+10, +18]
     "reference_forward": [0.25, 0.25, 0.25],
 }
+HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
 
 
 def _write(out, key, seed, tndtw):
@@ -24,6 +32,15 @@ def _write(out, key, seed, tndtw):
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps({"split": split, "label": "final", "path_length": 5.0 + seed, "distance_to_goal": 3.0,
                                  "oracle_success": 0.5, "ndtw": 0.4, "success": 0.25, "spl": 0.2, "tndtw": tndtw}))
+        # the per-tour files (docs/formats.md): t-nDTW per tour, episodes' metrics, the tour's house
+        episode = {"success": 0.25, "spl": 0.2, "ndtw": 0.4}
+        (f.parent / f"tours_ckpt_final_{split}.json").write_text(json.dumps(
+            {t: {"tndtw": tndtw, "tndtw_official": tndtw, "tndtw_paper": tndtw, "weight": 1.0, "episodes": 2} for t in HOUSES}))
+        (f.parent / f"iterative_all_stats_ckpt_final_{split}.json").write_text(json.dumps(
+            {t: {f"{t}{e}": episode for e in "ab"} for t in HOUSES}))
+        (f.parent / f"tours_final_{split}").mkdir(exist_ok=True)
+        for t, house in HOUSES.items():
+            (f.parent / f"tours_final_{split}" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": house}))
 
 
 def test_cells_and_findings_match_a_hand_computation(tmp_path):
@@ -43,13 +60,26 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
     assert cell("random agent", "reference", "VU t-nDTW") == "20.0 ± 0.0"
     assert cell("forward agent", "reference", "VS t-nDTW") == "25.0 ± 0.0"
     v = result["verdicts"]
-    assert v[0] == ("Latent tour memory does not help: TourCMA - CMA: paired difference in val_unseen t-nDTW +1.0 ± 1.2 "
-                    "over 3 seed(s) (paper -2) - reproduced (no significant gain).")
-    assert "PoolCMA - CMA: paired difference in val_unseen t-nDTW +10.0 ± 0.6 over 3 seed(s)" in v[1]
-    assert v[1].endswith("not reproduced (a significant gain).")
-    assert "PoolEndCMA - CMA: paired difference in val_unseen t-nDTW +0.0 ± 0.0 over 2 seed(s)" in v[2]
-    assert v[3] == "CMA beats the random agent: paired difference in val_unseen t-nDTW +14.0 ± 2.3 over 3 seed(s) - yes."
+    assert v[0] == ("Latent tour memory does not help: TourCMA - CMA: paired difference per tour in val_unseen t-nDTW +1.0 "
+                    "(95 % interval -1.0 to +3.0; 4 tours in 2 houses, 3 seed(s)) (paper -2) - inconclusive.")
+    assert v[1] == ("Latent tour memory does not help: PoolCMA - CMA: paired difference per tour in val_unseen t-nDTW +10.0 "
+                    "(95 % interval +9.0 to +11.0; 4 tours in 2 houses, 3 seed(s)) (paper -2) - not reproduced.")
+    assert v[2] == ("Latent tour memory does not help: PoolEndCMA - CMA: paired difference per tour in val_unseen t-nDTW +0.0 "
+                    "(95 % interval +0.0 to +0.0; 4 tours in 2 houses, 2 seed(s)) (paper +0) - inconclusive.")
+    assert v[3] == ("CMA beats the random agent: paired difference per tour in val_unseen t-nDTW +14.0 "
+                    "(95 % interval +10.0 to +18.0; 4 tours in 2 houses, 3 seed(s)) - yes.")
     assert (tmp_path / "findings.md").read_text().count("beats the random agent") == 4
+    records = json.loads((tmp_path / "findings.json").read_text())
+    # the floor findings: every model minus random is positive in every seed (e.g. PoolEndCMA +10, +14)
+    assert [r["verdict"] for r in records] == ["inconclusive", "not reproduced", "inconclusive"] + ["reproduced"] * 4
+    sr = records[3]["intervals"]["SR"]  # every tour's SR is 25 in both: a zero difference
+    assert (sr["mean"], sr["low"], sr["high"], sr["seeds"]) == (0.0, 0.0, 0.0, 3)
+    assert records[0]["intervals"]["t-nDTW"]["low"] == pytest.approx(-1.0)
+    # a damaged results folder makes its findings "not computed", with the file named
+    (stats_file(tmp_path, "pool_end_cma", 1, "val_unseen", "-").parent / "tours_final_val_unseen" / "2.json").unlink()
+    v = write_tables(tmp_path, "table3", table3_runs(), seeds=3)["verdicts"]
+    assert v[2].startswith("Latent tour memory does not help: PoolEndCMA - CMA: not computed (")
+    assert "pool_end_cma/seed1/eval/val_unseen_-/tours_final_val_unseen/2.json: missing" in v[2]
     sources = json.loads((tmp_path / "table3_sources.json").read_text())
     assert sources["reference_random"]["val_unseen"] == [
         str(stats_file(tmp_path, "reference_random", s, "val_unseen", "-").relative_to(tmp_path)) for s in range(3)]

@@ -1,0 +1,117 @@
+"""The torch mapping backend on a CUDA device against the numba backend on the CPU: the same
+rendered frames give bit-identical memories and maps (the construction of
+``test_mapping.test_numba_and_torch_backends_build_the_same_memory_and_maps``, with the torch
+grid, its inputs and its renders on the GPU)."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the mapper runs on torch")
+
+from ivln_ce.config import load_config  # noqa: E402
+from ivln_ce.mapping.egocentric import render  # noqa: E402
+from ivln_ce.mapping.world_grid import WorldGrid  # noqa: E402
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: torch.cuda.is_available() is False")]
+
+
+def _equal(a, b):
+    return torch.equal(a.cpu(), b.cpu())
+
+
+def test_torch_backend_on_cuda_is_bit_identical_to_numba(cuda_exact):
+    from ivln_ce.scenes.mesh import generated_scene
+    from ivln_ce.sim.base import MOVE_FORWARD, TURN_LEFT
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    dev = cuda_exact
+    cfg = load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"]
+                      + [f"simulator.{n}.{d}=96" for n in ("depth", "semantic") for d in ("width", "height")])
+    sim = EmbeddedSimulator(cfg.simulator)
+    sim.load_scene_object(generated_scene(5))
+    rng = np.random.default_rng(1)
+    poses = [(sim.sample_navigable_point(rng), float(rng.uniform(-3, 3))) for _ in range(4)]
+    grids = {"cuda": WorldGrid(extent=30.0, device=dev, backend="torch"), "numba": WorldGrid(extent=30.0, backend="numba")}
+    assert grids["cuda"].y.device.type == "cuda"
+    streams = ["a", "b", "c", "d"]
+    for g in grids.values():
+        for s, (p, _) in zip(streams, poses):
+            g.reset(s, [p[0], p[2]])
+    for step in range(12):
+        frames = []
+        for i, (p, h) in enumerate(poses):
+            sim.set_agent_state(p, h)
+            o = sim.step(int(rng.choice([MOVE_FORWARD, MOVE_FORWARD, TURN_LEFT]))).observations
+            poses[i] = (o.position.copy(), o.heading)
+            frames.append(o)
+        depth = torch.from_numpy(np.stack([o.depth[..., 0] for o in frames]))
+        labels = torch.from_numpy(np.stack([o.semantic12 for o in frames]))
+        sensor = torch.tensor(np.stack([o.position + [0, 1.25, 0] for o in frames]), dtype=torch.float32)
+        heading = torch.tensor([o.heading for o in frames], dtype=torch.float32)
+        order = streams if step % 2 else streams[::-1]
+        perm = [streams.index(s) for s in order]
+        inputs = {"numba": (depth[perm], labels[perm], sensor[perm], heading[perm])}
+        inputs["cuda"] = tuple(t.to(dev) for t in inputs["numba"])  # as the mapper hands them over on a GPU
+        maps = {}
+        for b, g in grids.items():
+            d, lab, sen, hd = inputs[b]
+            g.integrate(order, d, lab, sen, hd, math.radians(90))
+            maps[b] = render(g, order, sen, hd)
+        assert maps["cuda"][0].device.type == "cuda"
+        assert _equal(maps["cuda"][0], maps["numba"][0]) and _equal(maps["cuda"][1], maps["numba"][1]), f"step {step}"
+    t, n = grids["cuda"], grids["numba"]
+    assert _equal(t.y, n.y) and _equal(t.label, n.label)
+    filled = (t.y > float("-inf")).cpu()
+    assert torch.equal(t.x.cpu()[filled], n.x[filled]) and torch.equal(t.z.cpu()[filled], n.z[filled])
+    assert filled.sum() > 2000 and t.dropped_points == n.dropped_points
+    assert maps["numba"][0].sum() > 0 and maps["numba"][1].max() > 0
+    # equal heights on a 5 cm lattice (the tie-breaks decide), into the grids and as known maps
+    x = rng.integers(-60, 60, size=6000) * 0.05 + 0.01
+    z = rng.integers(-60, 60, size=6000) * 0.05 + rng.choice([0.0, 0.02], size=6000)
+    y = rng.choice([0.6, 1.0, 1.4], size=6000)
+    tie_pts = torch.from_numpy(np.stack([x, y, z], axis=1).astype(np.float32))
+    tie_lab = torch.from_numpy(rng.integers(0, 13, size=6000).astype(np.uint8))
+    centre = sensor[0, [0, 2]].tolist()
+    shifted = tie_pts + torch.tensor([centre[0], 0.0, centre[1]])
+    for b, g in grids.items():
+        on = (lambda u: u.to(dev)) if b == "cuda" else (lambda u: u)
+        g.update(["a"], on(shifted)[None], on(tie_lab)[None], on(torch.ones(1, 6000, dtype=torch.bool)))
+        g.load_points("k", on(tie_pts), on(tie_lab))
+    order, perm = ["k", "a", "b"], [0, 0, 1]
+    for _ in range(4):
+        sen = torch.tensor([[float(rng.uniform(-2, 2)), 1.25, float(rng.uniform(-2, 2))]] * 3, dtype=torch.float32)
+        sen[1:, [0, 2]] = sensor[perm[1:]][:, [0, 2]]
+        hd = torch.from_numpy(rng.uniform(-3.2, 3.2, size=3).astype(np.float32))
+        out = {"numba": render(grids["numba"], order, sen, hd), "cuda": render(grids["cuda"], order, sen.to(dev), hd.to(dev))}
+        assert _equal(out["cuda"][0], out["numba"][0]) and _equal(out["cuda"][1], out["numba"][1])
+        assert out["numba"][1][0].max() > 0 and out["numba"][1][1].max() > 0
+
+
+def test_mapper_on_cuda_equals_the_cpu_mapper(cuda_exact, tiny_benchmark):
+    """The observation transform end to end (GT semantics, iterative memory) on both devices."""
+    from ivln_ce.config import load_config as lc
+    from ivln_ce.mapping.mapper import Mapper
+    from ivln_ce.sim.base import MOVE_FORWARD, TURN_RIGHT
+    from ivln_ce.sim.embedded import EmbeddedSimulator
+
+    cfg = lc(None, [f"data.root={tiny_benchmark}", "simulator.sensors=[depth,semantic]", "mapping.mode=iterative"]
+             + [f"simulator.{n}.{d}=64" for n in ("depth", "semantic") for d in ("width", "height")])
+    glb = sorted((tiny_benchmark / "scene_datasets").rglob("*.glb"))[0]
+    sim = EmbeddedSimulator(cfg.simulator)
+    sim.load_scene(str(glb))
+    geometry = (math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth, cfg.simulator.sensor_height)
+    mappers = {"cpu": Mapper(cfg.mapping, *geometry, device="cpu"), "cuda": Mapper(cfg.mapping, *geometry, device=cuda_exact)}
+    assert (mappers["cpu"].grid.backend, mappers["cuda"].grid.backend) == ("numba", "torch")
+    rng = np.random.default_rng(0)
+    o = sim.get_observations()
+    for step in range(20):
+        obs = {"depth": torch.from_numpy(o.depth[None]), "semantic12": torch.from_numpy(o.semantic12[None]),
+               "position": torch.from_numpy(o.position[None]).float(), "heading": torch.tensor([o.heading])}
+        first = torch.tensor([step == 0])
+        out = {k: m(["s"], obs, first, first) for k, m in mappers.items()}
+        for key in out["cpu"]:
+            assert _equal(out["cuda"][key], out["cpu"][key]), (step, key)
+        o = sim.step(int(rng.choice([MOVE_FORWARD, MOVE_FORWARD, TURN_RIGHT]))).observations
