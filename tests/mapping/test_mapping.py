@@ -248,37 +248,19 @@ def test_streams_are_independent_and_keyed_by_id():
 def test_numba_and_torch_backends_build_the_same_memory_and_maps():
     """The fused CPU kernels against the vectorised torch path, on rendered frames of a
     generated house (real depth edges, many equal heights), four streams at a time."""
-    from ivln_ce.scenes.mesh import generated_scene
-    from ivln_ce.sim.base import MOVE_FORWARD, TURN_LEFT
-    from ivln_ce.sim.embedded import EmbeddedSimulator
+    from tests.mapping.house_walk import STREAMS, walk_batches
 
-    cfg = load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"] + [f"simulator.{n}.{d}=96" for n in ("depth", "semantic") for d in ("width", "height")])
-    sim = EmbeddedSimulator(cfg.simulator)
-    sim.load_scene_object(generated_scene(5))
     rng = np.random.default_rng(1)
-    poses = [(sim.sample_navigable_point(rng), float(rng.uniform(-3, 3))) for _ in range(4)]
+    starts, batches = walk_batches(rng)
     grids = {b: WorldGrid(extent=30.0, backend=b) for b in ("torch", "numba")}
-    streams = ["a", "b", "c", "d"]
     for g in grids.values():
-        for s, (p, _) in zip(streams, poses):
-            g.reset(s, [p[0], p[2]])
-    for step in range(12):
-        frames = []
-        for i, (p, h) in enumerate(poses):
-            sim.set_agent_state(p, h)
-            o = sim.step(int(rng.choice([MOVE_FORWARD, MOVE_FORWARD, TURN_LEFT]))).observations
-            poses[i] = (o.position.copy(), o.heading)
-            frames.append(o)
-        depth = torch.from_numpy(np.stack([o.depth[..., 0] for o in frames]))
-        labels = torch.from_numpy(np.stack([o.semantic12 for o in frames]))
-        sensor = torch.tensor(np.stack([o.position + [0, 1.25, 0] for o in frames]), dtype=torch.float32)
-        heading = torch.tensor([o.heading for o in frames], dtype=torch.float32)
-        order = streams if step % 2 else streams[::-1]  # batch slots change, streams do not
-        perm = [streams.index(s) for s in order]
+        for s, start in zip(STREAMS, starts):
+            g.reset(s, start)
+    for order, depth, labels, sensor, heading in batches:
         maps = {}
         for b, g in grids.items():
-            g.integrate(order, depth[perm], labels[perm], sensor[perm], heading[perm], math.radians(90))
-            maps[b] = render(g, order, sensor[perm], heading[perm])
+            g.integrate(order, depth, labels, sensor, heading, math.radians(90))
+            maps[b] = render(g, order, sensor, heading)
         assert torch.equal(maps["torch"][0], maps["numba"][0]) and torch.equal(maps["torch"][1], maps["numba"][1])
     t, n = grids["torch"], grids["numba"]
     assert torch.equal(t.y, n.y) and torch.equal(t.label, n.label)

@@ -10,7 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the mapper runs on torch")
 
-from ivln_ce.config import load_config  # noqa: E402
 from ivln_ce.mapping.egocentric import render  # noqa: E402
 from ivln_ce.mapping.world_grid import WorldGrid  # noqa: E402
 
@@ -23,38 +22,18 @@ def _equal(a, b):
 
 
 def test_torch_backend_on_cuda_is_bit_identical_to_numba(cuda_exact):
-    from ivln_ce.scenes.mesh import generated_scene
-    from ivln_ce.sim.base import MOVE_FORWARD, TURN_LEFT
-    from ivln_ce.sim.embedded import EmbeddedSimulator
+    from tests.mapping.house_walk import STREAMS, walk_batches
 
     dev = cuda_exact
-    cfg = load_config(None, ["simulator.sensors=[depth,semantic]", "simulator.renderer=auto"]
-                      + [f"simulator.{n}.{d}=96" for n in ("depth", "semantic") for d in ("width", "height")])
-    sim = EmbeddedSimulator(cfg.simulator)
-    sim.load_scene_object(generated_scene(5))
     rng = np.random.default_rng(1)
-    poses = [(sim.sample_navigable_point(rng), float(rng.uniform(-3, 3))) for _ in range(4)]
+    starts, batches = walk_batches(rng)
     grids = {"cuda": WorldGrid(extent=30.0, device=dev, backend="torch"), "numba": WorldGrid(extent=30.0, backend="numba")}
     assert grids["cuda"].y.device.type == "cuda"
-    streams = ["a", "b", "c", "d"]
     for g in grids.values():
-        for s, (p, _) in zip(streams, poses):
-            g.reset(s, [p[0], p[2]])
-    for step in range(12):
-        frames = []
-        for i, (p, h) in enumerate(poses):
-            sim.set_agent_state(p, h)
-            o = sim.step(int(rng.choice([MOVE_FORWARD, MOVE_FORWARD, TURN_LEFT]))).observations
-            poses[i] = (o.position.copy(), o.heading)
-            frames.append(o)
-        depth = torch.from_numpy(np.stack([o.depth[..., 0] for o in frames]))
-        labels = torch.from_numpy(np.stack([o.semantic12 for o in frames]))
-        sensor = torch.tensor(np.stack([o.position + [0, 1.25, 0] for o in frames]), dtype=torch.float32)
-        heading = torch.tensor([o.heading for o in frames], dtype=torch.float32)
-        order = streams if step % 2 else streams[::-1]
-        perm = [streams.index(s) for s in order]
-        inputs = {"numba": (depth[perm], labels[perm], sensor[perm], heading[perm])}
-        inputs["cuda"] = tuple(t.to(dev) for t in inputs["numba"])  # as the mapper hands them over on a GPU
+        for s, start in zip(STREAMS, starts):
+            g.reset(s, start)
+    for step, (order, *batch) in enumerate(batches):
+        inputs = {"numba": tuple(batch), "cuda": tuple(t.to(dev) for t in batch)}  # as the mapper hands them over on a GPU
         maps = {}
         for b, g in grids.items():
             d, lab, sen, hd = inputs[b]
@@ -74,6 +53,8 @@ def test_torch_backend_on_cuda_is_bit_identical_to_numba(cuda_exact):
     y = rng.choice([0.6, 1.0, 1.4], size=6000)
     tie_pts = torch.from_numpy(np.stack([x, y, z], axis=1).astype(np.float32))
     tie_lab = torch.from_numpy(rng.integers(0, 13, size=6000).astype(np.uint8))
+    order, _, _, sensor, _ = batches[-1]
+    assert order == STREAMS  # the last step's sensors, in stream order
     centre = sensor[0, [0, 2]].tolist()
     shifted = tie_pts + torch.tensor([centre[0], 0.0, centre[1]])
     for b, g in grids.items():
