@@ -1,5 +1,8 @@
+import fcntl
 import os
+import shutil
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -34,14 +37,31 @@ def real_val_unseen() -> Path:
     return REAL_VAL_UNSEEN
 
 
+def build_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder built once per test run and shared by every pytest-xdist worker of the run: the
+    first worker to ask builds it under a lock in the run's common temporary folder, the others
+    wait and then read it. Only complete builds are reused (a marker written after ``build``
+    returns). Tests must treat the folder as read-only (copy it to change it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-of-<user>/pytest-<N>: common to this run's workers
+    out, done = root / f"shared_{name}", root / f"shared_{name}.done"
+    with open(root / f"shared_{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)  # a worker that failed while building it
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_benchmark(tmp_path_factory) -> Path:
-    """The `tiny` synthetic benchmark, built once per test session."""
+    """The `tiny` synthetic benchmark, built once per test run (``build_once``)."""
     from ivln_ce.benchmark.synthetic import build_synthetic
 
-    out = tmp_path_factory.mktemp("synth_tiny")
-    build_synthetic("tiny", out, seed=0, progress=False)
-    return out
+    return build_once(tmp_path_factory, "synth_tiny", lambda out: build_synthetic("tiny", out, seed=0, progress=False))
 
 
 @pytest.fixture

@@ -15,18 +15,23 @@ from ivln_ce.reproduce.stats import CompareError, TourSetMismatch, compare, pair
 from ivln_ce.viz.runs import ResultsError
 
 
-@pytest.fixture(scope="module")
+RUNS = (("random0", "random", []), ("random1", "random", ["seed=1"]), ("forward", "forward", []),
+        ("random_part", "random", ["eval.tours=[0,1,2,3]"]), ("forward_part", "forward", ["eval.tours=[0,1,2,3]"]))
+
+
+@pytest.fixture(scope="session")
 def runs(tiny_benchmark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("compare")
-    made = {}
-    for name, agent, extra in (("random0", "random", []), ("random1", "random", ["seed=1"]), ("forward", "forward", []),
-                               ("random_part", "random", ["eval.tours=[0,1,2,3]"]),
-                               ("forward_part", "forward", ["eval.tours=[0,1,2,3]"])):
-        cfg = load_config(None, [f"data.root={tiny_benchmark}", "data.split=val_unseen", f"results_dir={root / name}",
-                                 "simulator.sensors=[]", f"eval.agent={agent}", *extra])
-        evaluate(cfg, show_progress=False)
-        made[name] = root / name
-    return made
+    """Five evaluations, built once per test run and shared by the xdist workers (read-only)."""
+    from tests.conftest import build_once
+
+    def build(root):
+        for name, agent, extra in RUNS:
+            cfg = load_config(None, [f"data.root={tiny_benchmark}", "data.split=val_unseen", f"results_dir={root / name}",
+                                     "simulator.sensors=[]", f"eval.agent={agent}", *extra])
+            evaluate(cfg, show_progress=False)
+
+    root = build_once(tmp_path_factory, "compare_runs", build)
+    return {name: root / name for name, _, _ in RUNS}
 
 
 def _files(folder, label):

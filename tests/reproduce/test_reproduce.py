@@ -1,4 +1,4 @@
-"""``ivln-ce reproduce all --scale tiny --seeds 1`` end to end: the tables' structure, every
+"""``ivln-ce reproduce all --scale tiny --seeds 1`` end to end in one test: the tables' structure, every
 cell traced to a results file, the coverage analytics, and a second run that reuses everything."""
 
 import csv
@@ -16,16 +16,19 @@ from ivln_ce.cli import main  # noqa: E402
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, REFERENCE_AGENTS, TABLE3  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def reproduction(tiny_benchmark, tmp_path_factory):
-    out = tmp_path_factory.mktemp("repro")
+def test_reproduce_all_end_to_end(tiny_benchmark, tmp_path):
+    """One test, not three sharing a fixture: under ``pytest -n 2`` a fixture shared by several
+    tests could be built on both workers, and this pipeline is most of the slow suite's time."""
+    out = tmp_path / "repro"
     data = out / "data"
     shutil.copytree(tiny_benchmark, data)
     assert main(["reproduce", "all", "--scale", "tiny", "--seeds", "1", "--out", str(out), "--data", str(data)]) == 0
-    return out
+    check_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(out)
+    check_coverage_analytics(out)
+    check_a_second_run_reuses_every_step(out)
 
 
-def test_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(reproduction):
+def check_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(reproduction):
     out = reproduction
     for name in ("table3", "table4"):
         for ext in ("md", "csv", "tex"):
@@ -65,7 +68,7 @@ def test_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(reprod
     assert "--scale tiny" in readme and "Deviations" in readme and "cores" in readme
 
 
-def test_coverage_analytics(reproduction):
+def check_coverage_analytics(reproduction):
     rows = list(csv.DictReader(open(reproduction / "coverage.csv")))
     assert {r["split"] for r in rows} == {"train", "val_unseen"}
     for split in ("train", "val_unseen"):
@@ -79,7 +82,7 @@ def test_coverage_analytics(reproduction):
     assert (reproduction / "coverage.png").stat().st_size > 5000
 
 
-def test_a_second_run_reuses_every_step(reproduction, capsys):
+def check_a_second_run_reuses_every_step(reproduction):
     before = {p: p.stat().st_mtime_ns for p in reproduction.rglob("ckpt.*.pth")}
     assert main(["reproduce", "all", "--scale", "tiny", "--seeds", "1", "--out", str(reproduction),
                  "--data", str(reproduction / "data")]) == 0

@@ -48,6 +48,7 @@ def dagger_runs(tiny_benchmark, tmp_path_factory):
     return tmp, full, small
 
 
+@pytest.mark.slow
 def test_a_replayed_dagger_run_stores_and_trains_like_a_full_store(dagger_runs):
     """The replay must follow the executed actions, not the expert, and rebuild every observation."""
     tmp, full, small = dagger_runs
@@ -70,6 +71,7 @@ def test_a_replayed_dagger_run_stores_and_trains_like_a_full_store(dagger_runs):
             assert torch.allclose(a[k].float(), b[k].float(), atol=1e-5), k
 
 
+@pytest.mark.slow
 def test_a_replayed_tour_rebuilds_iterative_maps_across_oracle_walks(tiny_benchmark, tmp_path):
     """A tour through the iterative runner, round 1 driven by the policy: the oracle walks start
     where the policy stopped, and the maps carry over episodes; the replay must rebuild both."""
@@ -87,6 +89,7 @@ def test_a_replayed_tour_rebuilds_iterative_maps_across_oracle_walks(tiny_benchm
     assert reference[-1].steps["occupancy_map"][0].any()
 
 
+@pytest.mark.slow
 def test_a_diverging_replay_names_the_episode_and_step(tiny_benchmark, dagger_runs):
     from ivln_ce.models.factory import build_policy
 

@@ -62,6 +62,7 @@ def test_nested_holds_in_one_process_share_the_lock(tmp_path):
         assert probe.returncode != 0 and "in use by another run" in probe.stderr  # still held after the inner one ended
 
 
+@pytest.mark.slow
 def test_train_refuses_folders_it_did_not_create_and_deletes_nothing(tiny_benchmark, tmp_path):
     foreign = tmp_path / "mine"
     (foreign / "store").mkdir(parents=True)
@@ -81,6 +82,7 @@ def test_train_refuses_folders_it_did_not_create_and_deletes_nothing(tiny_benchm
     assert (other / "store").is_dir()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_folder_warm_starts_from_its_last_checkpoint(tiny_benchmark, tmp_path, caplog):
     first = tmp_path / "first"
     train(load_config(None, latent(tiny_benchmark, first, "train.update_size=2", "train.epochs=2")), show_progress=False)

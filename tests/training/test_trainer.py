@@ -36,6 +36,7 @@ def store_arrays(out):
     return [(e.meta["episode_id"], {k: np.asarray(v) for k, v in e.steps.items()}) for e in eps]
 
 
+@pytest.mark.slow
 def test_stored_labels_are_the_experts_whatever_was_executed(tiny_benchmark, tmp_path):
     """beta = 0: the random policy acts; every stored label must equal what the expert says at
     that pose. Checked by replaying the executed actions in a fresh environment."""
@@ -331,6 +332,7 @@ def test_two_gloo_processes_train_like_one_process(tiny_benchmark, tmp_path):
     assert float(diffs.mean()) < 1e-5
 
 
+@pytest.mark.slow
 def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_benchmark, tmp_path):
     from ivln_ce.evaluation.evaluator import evaluate
 
@@ -366,8 +368,8 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
     def args(out):
         return [f"data.root={tiny_benchmark}", f"results_dir={out}", "policy.name=tour_cma", "simulator.sensors=[rgb,depth]",
                 *SMALL, "train.trainer=tour_sequential", "train.use_tours=true", "train.batch_size=2", "train.epochs=1",
-                "env.oracle_phases=false", "train.tours=[0,1,2]", "train.official_lanes=false", "train.resume_every=1",
-                f"train.out_dir={out}"]
+                "env.oracle_phases=false", "train.tours=[0,1]", "train.official_lanes=false", "train.resume_every=1",
+                f"train.out_dir={out}", *[f"simulator.{s}.{d}=32" for s in ("rgb", "depth") for d in ("width", "height")]]
 
     torch.set_num_threads(1)
     full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
@@ -403,6 +405,7 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
         assert [e.step for e in tb.Scalars("train/loss")] == list(range(1, full["optimizer_steps"] + 1)), run
 
 
+@pytest.mark.slow
 def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(tiny_benchmark, tmp_path, monkeypatch):
     """``train.eval_splits``: each new checkpoint is evaluated by the evaluation protocol, with
     oracle phases on and the oracle step limit of 1000 (the recipe collects with phases off and

@@ -19,13 +19,19 @@ def eval_cfg(data, results, *extra):
 def evaluated(tiny_benchmark, tmp_path_factory) -> Path:
     """Oracle and random agents on the tiny benchmark's val_unseen, maps recorded, in one folder;
     plus first/last frames for two episodes and a video for one (fabricated here: the report
-    must show them when present and cope when absent)."""
+    must show them when present and cope when absent). Built once per test run and shared by
+    the xdist workers (``build_once``): tests copy it, or write only below ``report/``."""
     pytest.importorskip("torch", reason="the mapper that records maps runs on torch")
+    from tests.conftest import build_once
+
+    return build_once(tmp_path_factory, "viz_evaluated", lambda results: _evaluate_into(tiny_benchmark, results))
+
+
+def _evaluate_into(tiny_benchmark: Path, results: Path) -> None:
     from ivln_ce.data.targets import load_agent_paths
     from ivln_ce.evaluation.evaluator import evaluate
     from ivln_ce.viz.video import EpisodeVideo
 
-    results = tmp_path_factory.mktemp("evaluated")
     for agent in ("oracle", "random"):
         evaluate(eval_cfg(tiny_benchmark, results, f"eval.agent={agent}", "mapping.save_images=true", *MAP_SENSORS))
     paths = load_agent_paths(results / "dtw_data_ckpt_random_val_unseen.json")
@@ -43,7 +49,6 @@ def evaluated(tiny_benchmark, tmp_path_factory) -> Path:
     with EpisodeVideo(results / "videos_random_val_unseen" / tour / f"{second}.mp4", fps=5, tile=96) as video:
         for k in range(8):
             video.add(np.full((64, 64, 3), 30 * k, np.uint8), np.full((64, 64), k / 8.0))
-    return results
 
 
 SMALL_RUN, SMALL_TOUR = "random_val_unseen", "0"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pytest
 
 from ivln_ce.cli import main
 from tests.viz.conftest import SMALL_RUN as RUN
@@ -385,7 +386,10 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
-def test_hostile_results_folders_fail_with_named_errors(small_results, tmp_path):
+@pytest.mark.parametrize("stride", [3, pytest.param(1, marks=pytest.mark.slow)], ids=["every-third-case", "every-case"])
+def test_hostile_results_folders_fail_with_named_errors(small_results, tmp_path, stride):
+    """The fast suite runs every third case (a fixed sample over every damaged file), the slow
+    suite all of them."""
     base = small_results
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -394,6 +398,7 @@ def test_hostile_results_folders_fail_with_named_errors(small_results, tmp_path)
     problems = []
     all_cases = cases(base)
     assert len(all_cases) > 100
+    all_cases = all_cases[::stride]
     for k, case in enumerate(all_cases):
         work = tmp_path / f"case{k}"
         results = work / "results"
