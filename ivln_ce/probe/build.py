@@ -157,11 +157,14 @@ def _refuse_unaligned(ds: EpisodeDataset, path: str) -> None:
         raise ProbeError(f"{path}: the episode file has no instruction_vocab, so intervention instructions cannot be "
                          f"tokenised with the vocabulary the agents know")
     if not any(e.alignment is not None for e in ds):
+        synthetic = bool(len(ds)) and all(e.scene_id.startswith("synthetic/") for e in ds)
+        hint = (" These look like synthetic episodes written before the benchmark wrote alignments: running "
+                "`ivln-ce data synth` with the same --preset and --out rebuilds them with it." if synthetic else "")
         raise ProbeError(
             f"{path}: none of its {len(ds)} episodes has an instruction_alignment (which words describe which part of the "
             f"reference path), so there is no way to know which words bring the agent to a cut point. The released "
             f"R2R-VLN-CE episodes carry none; the synthetic benchmark (ivln-ce data synth) writes it, and any dataset "
-            f"that adds the field (docs/formats.md) can be probed.")
+            f"that adds the field (docs/formats.md) can be probed.{hint}")
 
 
 def _statistics(req: BuildRequest, episodes_file: str, ds: EpisodeDataset, tallies: list[dict], probes: list[dict],
