@@ -91,6 +91,8 @@ class ProbeStore:
 
     def write_probe(self, probe: Probe, fingerprint: str) -> dict[str, Any]:
         folder = self.probe_dir(probe.probe_id)
+        if folder.is_symlink():  # files go into the folder itself, never through a link
+            folder.unlink()
         EpisodeDataset(list(probe.episodes.values())).write(folder / PROBE_EPISODES)
         meta = {**probe.metadata(), "fingerprint": fingerprint}
         write_json(folder / PROBE_FILE, meta, indent=2)
@@ -99,6 +101,8 @@ class ProbeStore:
     def read_probe(self, probe_id: str, fingerprint: str) -> tuple[dict[str, Any], list[Episode]] | None:
         """The metadata and episodes of a finished probe made from the same inputs, else None."""
         folder = self.probe_dir(probe_id)
+        if folder.is_symlink():
+            return None
         meta = _read_small(folder / PROBE_FILE)
         if not isinstance(meta, dict) or meta.get("fingerprint") != fingerprint or meta.get("probe_id") != probe_id:
             return None

@@ -123,6 +123,12 @@ def test_a_rerun_reuses_and_a_changed_episode_is_rebuilt(tiny_benchmark, tmp_pat
     assert (again.built, again.reused, again.removed) == (0, n, 0)
     assert {p.name: (p / "probe.json").read_bytes() for p in (out / "probes").iterdir()} == before  # same ids, same files
     assert again.statistics == first.statistics
+    elsewhere = _build(data, tmp_path / "elsewhere", skills=("stop",))  # ids and files do not depend on the folder
+    assert {p.name: (p / "probe.json").read_bytes() for p in (tmp_path / "elsewhere" / "probes").iterdir()} == before
+    assert elsewhere.statistics == first.statistics
+    victim = sorted(before)[0]  # a damaged probe: its source episode is rebuilt, the rest reused
+    (out / "probes" / victim / "probe.json").write_text('{"probe_id": "' + victim + '", "fingerprint": "forged"}')
+    assert (_build(data, out, skills=("stop",)).built, (out / "probes" / victim / "probe.json").read_bytes()) == (1, before[victim])
 
     def edit(raw):  # episode 0: its first word in lower case (the same tokens); episode 1 is gone
         ins = raw["episodes"][0]["instruction"]
