@@ -10,6 +10,7 @@ appended. Stage 1 builds stop and direction probes (``ivln-ce probe build``):
 - ``free_space.py``: free space around a point through the ``Simulator`` protocol;
 - ``compose.py``: the probe's episodes, one per condition;
 - ``store.py``: the output folder (one folder per probe id, resumable, atomic);
+- ``statistics.py``: what was kept and why the rest was rejected, per source and per split;
 - ``build.py``: the whole build over a split, with statistics per skill.
 
 Imports: ``config.py``, ``geometry.py``, ``fingerprint.py``, ``run_folder.py``, ``data/``,

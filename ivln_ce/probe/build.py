@@ -11,7 +11,6 @@ is no honest way to know which words bring the agent to p_j.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -21,12 +20,13 @@ from tqdm import tqdm
 from ivln_ce import __version__
 from ivln_ce.config import load_config
 from ivln_ce.data.episodes import Episode, EpisodeDataset, load_episodes
-from ivln_ce.data.vocab import Vocabulary, split_words
+from ivln_ce.data.vocab import Vocabulary
 from ivln_ce.env.tour_env import contained_scene_path
 from ivln_ce.fingerprint import code_digest, digest, scene_digests
 from ivln_ce.probe.compose import Composer, PointContext, Probe, ProbeSkip
 from ivln_ce.probe.free_space import FreeSpaceRule, arrival_heading, free_sectors
-from ivln_ce.probe.skills import CONDITIONS, DIRECTION, SECTOR_BY_NAME, SECTOR_NAMES, SKILLS, STOP, STOP_TEMPLATES
+from ivln_ce.probe.skills import DIRECTION, SECTOR_NAMES, SKILLS, STOP
+from ivln_ce.probe.statistics import Tally, statistics
 from ivln_ce.probe.store import ProbeStore
 from ivln_ce.probe.truncate import truncations
 from ivln_ce.run_folder import hold
@@ -64,11 +64,6 @@ class BuildReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _empty_tally() -> dict[str, Any]:
-    return {"cut_points": 0, "probes": {s: 0 for s in SKILLS}, "skipped": {},
-            "sectors": {name: {"probes": 0, "no_free_space": 0, "too_few_other_sectors": 0} for name in SECTOR_NAMES}}
-
-
 class _Scenes:
     """One simulator, reloaded only when the scene changes (sources come grouped by scene)."""
 
@@ -92,23 +87,18 @@ class _Scenes:
 
 
 def probe_source(sim: Simulator, source: Episode, vocab: Vocabulary, skills: tuple[str, ...], rule: FreeSpaceRule
-                 ) -> tuple[list[Probe], dict[str, Any]]:
+                 ) -> tuple[list[Probe], Tally]:
     """Every probe of one aligned source episode, and the tally of what was kept and why not."""
-    tally = _empty_tally()
+    tally = Tally()
     composer = Composer(source, vocab)
     ref = source.reference_path
     probes: list[Probe] = []
-
-    def skip(skill: str, reason: str) -> None:
-        key = f"{skill}:{reason}"
-        tally["skipped"][key] = tally["skipped"].get(key, 0) + 1
-
     for cut in truncations(source.alignment, len(ref)):
-        tally["cut_points"] += 1
+        tally.cut_points += 1
         geodesic = sim.geodesic_distance(source.start_position, ref[cut.point])
         if not math.isfinite(geodesic):
             for skill in skills:
-                skip(skill, "unreachable")
+                tally.skip(skill, "unreachable")
             continue
         heading = free = None
         if DIRECTION in skills:
@@ -121,25 +111,24 @@ def probe_source(sim: Simulator, source: Episode, vocab: Vocabulary, skills: tup
             wanted.append((STOP, None))
         if DIRECTION in skills:
             if free is None:
-                skip(DIRECTION, "no_arrival_heading")
+                tally.skip(DIRECTION, "no_arrival_heading")
             else:
                 for name in SECTOR_NAMES:
-                    counts = tally["sectors"][name]
                     if name not in free:
-                        counts["no_free_space"] += 1
+                        tally.sectors[name].no_free_space += 1
                     elif len(free) - 1 < rule.min_other_sectors:
-                        counts["too_few_other_sectors"] += 1
+                        tally.sectors[name].too_few_other_sectors += 1
                     else:
                         wanted.append((DIRECTION, name))
         for skill, sector in wanted:
             try:
                 probes.append(composer.probe(skill, ctx, sector))
             except ProbeSkip as exc:
-                skip(skill, exc.reason)
+                tally.skip(skill, exc.reason)
                 continue
-            tally["probes"][skill] += 1
+            tally.probes[skill] += 1
             if sector is not None:
-                tally["sectors"][sector]["probes"] += 1
+                tally.sectors[sector].probes += 1
     return probes, tally
 
 
@@ -167,42 +156,16 @@ def _refuse_unaligned(ds: EpisodeDataset, path: str) -> None:
             f"that adds the field (docs/formats.md) can be probed.{hint}")
 
 
-def _statistics(req: BuildRequest, episodes_file: str, ds: EpisodeDataset, tallies: list[dict], probes: list[dict],
-                vocab: Vocabulary) -> dict[str, Any]:
-    total = _empty_tally()
-    for t in tallies:
-        total["cut_points"] += t["cut_points"]
-        for s in SKILLS:
-            total["probes"][s] += t["probes"].get(s, 0)
-        for k, v in t["skipped"].items():
-            total["skipped"][k] = total["skipped"].get(k, 0) + v
-        for name in SECTOR_NAMES:
-            for k in total["sectors"][name]:
-                total["sectors"][name][k] += t["sectors"][name][k]
-    skills: dict[str, Any] = {}
-    for s in req.skills:
-        n = total["probes"][s]
-        entry: dict[str, Any] = {"probes": n, "episodes": n * len(CONDITIONS[s]), "conditions": list(CONDITIONS[s])}
-        if s == STOP:
-            used = Counter(p["intervention_text"] for p in probes if p["skill"] == STOP)
-            entry["templates"] = {t: used.get(t, 0) for t in STOP_TEMPLATES}
-        if s == DIRECTION:
-            entry["sectors"] = total["sectors"]
-        skills[s] = entry
-    texts = list(STOP_TEMPLATES) if STOP in req.skills else []
-    texts += [SECTOR_BY_NAME[n].template for n in SECTOR_NAMES] if DIRECTION in req.skills else []
-    oov = sorted({w for t in texts for w in split_words(t) if w not in vocab})
-    aligned = sum(1 for e in ds if e.alignment is not None)
-    return {
-        "split": req.split,
-        "episodes_file": episodes_file,
-        "sources": {"episodes": len(ds), "with_alignment": aligned, "without_alignment": len(ds) - aligned,
-                    "cut_points": total["cut_points"]},
-        "skills": skills,
-        "skipped": dict(sorted(total["skipped"].items())),
-        "out_of_vocabulary": oov,
-        "free_space_rule": _rule_json(req.rule),
-    }
+def _reusable(store: ProbeStore, episode_id: str, fingerprint: str) -> tuple[list[dict], list[Episode], Tally] | None:
+    """A source episode's finished probes (metadata, episodes) and tally, when made from the same inputs."""
+    got = store.read_source(episode_id, fingerprint)
+    if got is None:
+        return None
+    try:
+        tally = Tally.from_json(got[1])
+    except ValueError:
+        return None
+    return [m for m, _ in got[0]], [e for _, eps in got[0] for e in eps], tally
 
 
 def build_probes(req: BuildRequest) -> BuildReport:
@@ -232,16 +195,14 @@ def build_probes(req: BuildRequest) -> BuildReport:
                 if source.alignment is None:
                     continue
                 fp = digest({**base, "scene": scenes.get(source.scan, "missing"), "episode": source.to_json_dict()})
-                got = store.read_source(source.episode_id, fp)
+                got = _reusable(store, source.episode_id, fp)
                 if got is not None:
-                    metas = [m for m, _ in got[0]]
-                    eps = [e for _, es in got[0] for e in es]
-                    by_source[source.episode_id] = (metas, eps, got[1])
+                    by_source[source.episode_id] = got
                     report.reused += 1
                 else:
                     probes, tally = probe_source(sims.get(source.scene_id), source, vocab, req.skills, req.rule)
                     metas = [store.write_probe(p, fp) for p in probes]
-                    store.write_source(source.episode_id, fp, [p.probe_id for p in probes], tally)
+                    store.write_source(source.episode_id, fp, [p.probe_id for p in probes], tally.to_json())
                     by_source[source.episode_id] = (metas, [e for p in probes for e in p.episodes.values()], tally)
                     report.built += 1
                 bar.set_postfix(reused=report.reused, built=report.built)
@@ -264,7 +225,8 @@ def build_probes(req: BuildRequest) -> BuildReport:
         store.remove_skill_episodes(set(req.skills))
         for s in req.skills:
             report.files[s] = store.write_skill_episodes(s, per_skill[s], ds.instruction_vocab)
-        stats = _statistics(req, episodes_file, ds, tallies, metas, vocab)
+        aligned = sum(1 for e in ds if e.alignment is not None)
+        stats = statistics(req.split, episodes_file, len(ds), aligned, req.skills, tallies, metas, vocab, _rule_json(req.rule))
         report.files["statistics"] = store.write_statistics(stats)
         report.statistics = stats
         counts = {s: stats["skills"][s]["probes"] for s in req.skills}

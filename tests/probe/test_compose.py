@@ -40,7 +40,7 @@ def wall_probes():
 
 def test_the_truncated_episode_ends_at_the_cut_point(wall_probes):
     source, _, probes, tally = wall_probes
-    assert tally["cut_points"] == 2  # waypoints 1 and 2: never the start or the goal
+    assert tally.cut_points == 2  # waypoints 1 and 2: never the start or the goal
     for p in probes.values():
         j = p.context.truncation.point
         for ep in p.episodes.values():
@@ -97,9 +97,9 @@ def test_direction_probes_only_where_the_sector_is_free(wall_probes):
     for p in probes.values():
         if p.sector:
             assert p.sector in p.context.free and p.probe_id == probe_id("direction", "7", p.context.truncation.point, p.sector)
-    sectors = tally["sectors"]
-    assert (sectors["forward"]["no_free_space"], sectors["left"]["no_free_space"], sectors["back_left"]["no_free_space"]) == (1, 1, 1)
-    assert tally["probes"] == {"stop": 2, "direction": 9}
+    sectors = tally.sectors
+    assert (sectors["forward"].no_free_space, sectors["left"].no_free_space, sectors["back_left"].no_free_space) == (1, 1, 1)
+    assert tally.probes == {"stop": 2, "direction": 9}
 
 
 def test_no_direction_probe_with_fewer_than_two_other_free_sectors():
@@ -108,8 +108,8 @@ def test_no_direction_probe_with_fewer_than_two_other_free_sectors():
     source, vocab = _episode(path)
     probes, tally = probe_source(GridSim(corridor()), source, vocab, SKILLS, FreeSpaceRule())
     assert [p.probe_id for p in probes] == ["stop-e7-p1", "stop-e7-p2"]
-    assert tally["sectors"]["forward"]["too_few_other_sectors"] == 2 and tally["sectors"]["backward"]["too_few_other_sectors"] == 2
-    assert tally["sectors"]["left"]["no_free_space"] == 2
+    assert tally.sectors["forward"].too_few_other_sectors == 2 and tally.sectors["backward"].too_few_other_sectors == 2
+    assert tally.sectors["left"].no_free_space == 2
     # asking for one other free sector is enough there
     probes, _ = probe_source(GridSim(corridor()), source, vocab, ("direction",), FreeSpaceRule(min_other_sectors=1))
     assert sorted(p.sector for p in probes) == ["backward", "backward", "forward", "forward"]
@@ -122,5 +122,16 @@ def test_odd_episode_ids_get_a_hashed_probe_id_and_long_instructions_are_skipped
     source, vocab = _episode(WALL_PATH)
     source.instruction_tokens = source.instruction_tokens[:16]  # a file whose token lists hold 16 ids
     probes, tally = probe_source(GridSim(room_with_wall()), source, vocab, ("stop",), FreeSpaceRule())
-    assert tally["skipped"] == {"stop:too_long": 1}  # at waypoint 2, 13 kept words and the stop sentence do not fit
+    assert tally.skipped == {"stop:too_long": 1}  # at waypoint 2, 13 kept words and the stop sentence do not fit
     assert [p.probe_id for p in probes] == ["stop-e7-p1"]
+
+
+def test_a_stored_tally_reads_back_and_a_forged_one_is_refused(wall_probes):
+    from ivln_ce.probe.statistics import Tally
+
+    tally = wall_probes[3]
+    assert Tally.from_json(tally.to_json()) == tally
+    for forged in ({}, {**tally.to_json(), "cut_points": -1}, {**tally.to_json(), "probes": {"stop": 1}},
+                   {**tally.to_json(), "skipped": {"stop:x": True}}):
+        with pytest.raises(ValueError):
+            Tally.from_json(forged)
