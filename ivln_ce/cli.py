@@ -305,6 +305,20 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_build(args: argparse.Namespace) -> int:
+    from ivln_ce.probe.build import BuildRequest, build_probes, format_report
+    from ivln_ce.probe.free_space import FreeSpaceRule
+    from ivln_ce.probe.skills import parse_skills
+
+    bad = [o for o in args.overrides if not o.startswith(("simulator.", "data."))]
+    if bad:
+        raise UsageError(f"only simulator.* and data.* overrides apply to probe build, got {bad}")
+    req = BuildRequest(data=Path(args.data), split=args.split, out=Path(args.out), skills=parse_skills(args.skills),
+                       rule=FreeSpaceRule(distance=args.free_distance), overrides=tuple(args.overrides))
+    print(format_report(build_probes(req)))
+    return 0
+
+
 def cmd_train_rednet(args: argparse.Namespace) -> int:
     from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
 
@@ -559,6 +573,22 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument("--split", help="split of tours.json (default: from the episode file name)")
     dst.add_argument("--json", action="store_true")
     dst.set_defaults(func=cmd_data_stats)
+
+    pr = sub.add_parser("probe", help="behavioural probes: skill-specific intervention episodes (seed 003)")
+    psub = pr.add_subparsers(dest="probe_command", required=True)
+    pb = psub.add_parser("build", help="stop and direction intervention episodes from aligned episodes (resumable)",
+                         description="Cut every aligned episode of a split at its aligned points and write stop and "
+                                     "direction intervention episodes (official episode layout) with their metadata. "
+                                     "Needs episodes with instruction_alignment (the synthetic benchmark has it; the "
+                                     "released R2R-VLN-CE files do not).")
+    pb.add_argument("--data", required=True, help="data root (datasets/R2R_VLNCE_v1-3_preprocessed/{split}/, scene_datasets/)")
+    pb.add_argument("--split", default="val_unseen")
+    pb.add_argument("--out", required=True, help="output folder (one per split; a rerun resumes)")
+    pb.add_argument("--skills", default="stop,direction", help="comma-separated: stop, direction (default both)")
+    pb.add_argument("--free-distance", type=float, default=1.0,
+                    help="metres of straight free walk that make a direction sector free (default 1.0)")
+    pb.add_argument("overrides", nargs="*", help="simulator.* / data.* overrides, e.g. simulator.backend=habitat")
+    pb.set_defaults(func=cmd_probe_build)
 
     tr = sub.add_parser("train-rednet", help="train RedNet on frames rendered from synthetic houses (resumable)")
     tr.add_argument("--out", required=True, help="folder for cached frames, checkpoint.pt and report.json")

@@ -10,7 +10,9 @@ Everything is written in the official layouts under ``OUT``::
 
 Splits: ``train`` and ``val_seen`` share the train houses (different paths), ``val_unseen``
 uses held-out houses, ``envdrop`` holds extra instructions for the train paths (the role of
-the speaker-augmented data). The build is resumable: each house's paths and instructions are
+the speaker-augmented data). Every episode carries ``instruction_alignment`` (which tokens
+describe which reference-path waypoints; ``data/alignment.py``), known here because the
+instructions are built leg by leg. The build is resumable: each house's paths and instructions are
 cached under ``OUT/_work`` as they finish, and finished stages are skipped.
 """
 
@@ -28,6 +30,7 @@ from tqdm import tqdm
 from ivln_ce import __version__
 from ivln_ce.config import load_config
 from ivln_ce.fingerprint import code_digest, digest
+from ivln_ce.data.alignment import AlignedSegment, InstructionAlignment
 from ivln_ce.data.episodes import Episode, EpisodeDataset, Goal, ReferenceTrajectory, load_episodes, load_reference_trajectories, write_reference_trajectories
 from ivln_ce.data.instructions import InstructionGenerator
 from ivln_ce.data.jsonio import atomic_write_bytes, write_json
@@ -192,7 +195,8 @@ def build_house(out: Path, house_seed: int, counts: dict[str, int], instructions
             p["instructions"] = []
             for target in targets:
                 g = gen.generate(np.array(p["waypoints"]), np.array(p["locations"]), p["heading"], rng)
-                p["instructions"].append({"split": target, "text": g.text, "landmarks": g.landmarks, "rooms": g.rooms})
+                p["instructions"].append({"split": target, "text": g.text, "landmarks": g.landmarks, "rooms": g.rooms,
+                                          "alignment": g.alignment.to_json() if g.alignment else None})
         record["splits"][split] = paths
     sim.close()
     work.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +207,17 @@ def build_house(out: Path, house_seed: int, counts: dict[str, int], instructions
 # --------------------------------------------------------------------------- assembly
 
 
-def _episode(eid: int, tid: int, scene_id: str, p: dict, text: str, vocab: Vocabulary) -> Episode:
+def _alignment(raw: list[dict] | None, n_tokens: int) -> InstructionAlignment | None:
+    """The cached segments that lie within the stored (possibly truncated) token list."""
+    if not raw:
+        return None
+    kept = tuple(AlignedSegment(*s["tokens"], *s["path"]) for s in raw if s["tokens"][1] <= n_tokens)
+    return InstructionAlignment(kept) if kept else None
+
+
+def _episode(eid: int, tid: int, scene_id: str, p: dict, ins: dict, vocab: Vocabulary) -> Episode:
+    text = ins["text"]
+    tokens = vocab.encode(text)
     return Episode(
         episode_id=str(eid),
         trajectory_id=str(tid),
@@ -213,8 +227,9 @@ def _episode(eid: int, tid: int, scene_id: str, p: dict, text: str, vocab: Vocab
         info={"geodesic_distance": p["geodesic"]},
         goals=[Goal(position=p["goal"], radius=GOAL_RADIUS_FIELD)],
         instruction_text=text,
-        instruction_tokens=vocab.encode(text),
+        instruction_tokens=tokens,
         reference_path=p["waypoints"],
+        alignment=_alignment(ins.get("alignment"), sum(1 for t in tokens if t)),
     )
 
 
@@ -231,7 +246,7 @@ def assemble(out: Path, houses: dict[str, list[dict]]) -> dict[str, int]:
                 for p in paths:
                     for ins in p["instructions"]:
                         target = ins["split"]
-                        episodes[target].append(_episode(eid, tid, r["scene_id"], p, ins["text"], vocab))
+                        episodes[target].append(_episode(eid, tid, r["scene_id"], p, ins, vocab))
                         refs[target][str(eid)] = ReferenceTrajectory(p["locations"], p["actions"], sum(1 for a in p["actions"] if a == 1))
                         eid += 1
                     tid += 1

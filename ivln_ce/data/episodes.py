@@ -4,7 +4,9 @@ Ids are cast to strings on load (every other file keys episodes by the string fo
 written back as integers when they are decimal, so an official file round-trips to the
 same JSON text. Validation collects every problem and reports each with the file, the
 episode id and the field. Unknown episode keys are kept in ``extra`` with a warning
-instead of failing (SPEC §1.2, defect R8).
+instead of failing (SPEC §1.2, defect R8). The optional ``instruction_alignment`` (which
+words describe which part of the reference path, ``data/alignment.py``) is checked against the
+episode's tokens and path and kept as a typed ``Episode.alignment``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ivln_ce.geometry import quaternion_problem, quaternion_to_heading
+from ivln_ce.data.alignment import ALIGNMENT_KEY, AlignmentProblem, InstructionAlignment, parse_alignment
 from ivln_ce.data.jsonio import INT_MAX, INT_MIN, DataFormatError, describe, read_json, short_repr, write_json
 from ivln_ce.data.vocab import PAD_INDEX, Vocabulary
 
@@ -30,7 +33,7 @@ REQUIRED_KEYS = (
     "instruction",
     "reference_path",
 )
-OPTIONAL_KEYS = ("tour_id", "start_room", "shortest_paths")
+OPTIONAL_KEYS = ("tour_id", "start_room", "shortest_paths", ALIGNMENT_KEY)
 #: how many problems an error message lists before summarising the rest
 MAX_LISTED_PROBLEMS = 20
 
@@ -75,6 +78,8 @@ class Episode:
     reference_path: list[list[float]]
     #: unknown or optional keys, in file order (``tour_id`` lives here when present)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: which words describe which part of ``reference_path`` (optional; ``data/alignment.py``)
+    alignment: InstructionAlignment | None = None
 
     @property
     def scan(self) -> str:
@@ -113,6 +118,8 @@ class Episode:
             },
             "reference_path": self.reference_path,
         }
+        if self.alignment is not None:
+            out[ALIGNMENT_KEY] = self.alignment.to_json()
         out.update(self.extra)
         return out
 
@@ -264,7 +271,15 @@ class _Checker:
                     break
         if len(self.problems) > start:
             return None
-        extra = {k: v for k, v in raw.items() if k not in REQUIRED_KEYS}
+        alignment = None
+        if ALIGNMENT_KEY in raw:
+            n_tokens = sum(1 for t in tokens if t != PAD_INDEX)
+            try:
+                alignment = parse_alignment(raw[ALIGNMENT_KEY], n_tokens, len(ref))
+            except AlignmentProblem as exc:
+                self.add(where, f"{ALIGNMENT_KEY}{exc.where}", exc.message)
+                return None
+        extra = {k: v for k, v in raw.items() if k not in REQUIRED_KEYS and k != ALIGNMENT_KEY}
         return Episode(
             episode_id=str(raw["episode_id"]),
             trajectory_id=str(raw["trajectory_id"]),
@@ -277,6 +292,7 @@ class _Checker:
             instruction_tokens=tokens,
             reference_path=ref,
             extra=extra,
+            alignment=alignment,
         )
 
     def _goals(self, where: str, goals: Any) -> list[Goal]:

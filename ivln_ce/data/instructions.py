@@ -7,7 +7,10 @@ that are rare in the house score higher: salience = -log frequency, plus a size 
 ends with a stopping landmark near the goal. Phrasings are drawn from several templates per
 move, so the three instructions of a path differ in wording and in which landmarks they
 use. Every mentioned object and room is recorded (``GroundedInstruction``) so tests can
-check that it exists where the text says.
+check that it exists where the text says, and so is which words describe which waypoints
+(``GroundedInstruction.alignment``, the episode field of ``data/alignment.py``): each sentence
+is one segment, from the waypoint where the previous sentence left the path to the end of the
+leg it describes ("exit the kitchen" is said at waypoint 0, the stopping sentence at the goal).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ivln_ce.data.alignment import AlignedSegment, InstructionAlignment
+from ivln_ce.data.vocab import split_words
 from ivln_ce.geometry import heading_from_vector, wrap_angle
 from ivln_ce.scenes.layout import HouseLayout, SceneObject
 
@@ -46,6 +51,8 @@ class GroundedInstruction:
     text: str
     landmarks: list[int] = field(default_factory=list)  # instance ids mentioned
     rooms: list[int] = field(default_factory=list)  # region ids mentioned
+    #: which tokens of ``text`` describe which waypoints (one segment per sentence)
+    alignment: InstructionAlignment | None = None
 
 
 def color_name(rgb: Sequence[int]) -> str:
@@ -124,6 +131,8 @@ class InstructionGenerator:
         out = GroundedInstruction("")
         used: set[int] = set()
         sentences: list[str] = []
+        spans: list[tuple[int, int]] = []  # waypoint span of each sentence
+        said_until = 0  # the waypoint where the sentences so far leave the path
         room_of = np.array([(r.index if (r := self.layout.room_at(float(p[0]), float(p[2]))) else -1) for p in dense])
         heading = start_heading
         rooms = self._room_sequence(dense)
@@ -131,6 +140,7 @@ class InstructionGenerator:
             start_room = self.layout.rooms[rooms[0]]
             if len(rooms) > 1 and rng.random() < 0.6:
                 sentences.append(str(rng.choice([f"exit the {start_room.type}", f"walk out of the {start_room.type}", f"leave the {start_room.type}"])))
+                spans.append((0, 0))
                 out.rooms.append(start_room.index)
         for k in range(len(waypoints) - 1):
             a, b = waypoints[k], waypoints[k + 1]
@@ -161,6 +171,8 @@ class InstructionGenerator:
             elif not pieces or rng.random() < 0.5:
                 pieces.append(str(rng.choice(["walk forward", "go straight", "continue straight ahead", "walk ahead"])))
             sentences.append(pieces[0] if len(pieces) == 1 else ", ".join(pieces[:-1]) + " and " + pieces[-1])
+            spans.append((said_until, k + 1))  # a skipped short leg joins the next sentence
+            said_until = k + 1
         goal = waypoints[-1]
         goal_room = self.layout.room_at(float(goal[0]), float(goal[2]))
         goal_region = goal_room.index if goal_room else -2
@@ -179,8 +191,24 @@ class InstructionGenerator:
                 sentences.append(str(rng.choice([f"stop in the {goal_room.type}", f"wait in the {goal_room.type}"])))
             else:
                 sentences.append("stop there")
-        out.text = self._join(sentences, rng)
+        spans.append((said_until, len(waypoints) - 1))  # at the goal, or over the short legs before it
+        out.text, fragments = self._join(sentences, rng)
+        out.alignment = self._alignment(out.text, fragments, spans)
         return out
+
+    @staticmethod
+    def _alignment(text: str, fragments: list[tuple[int, str]], spans: list[tuple[int, int]]) -> InstructionAlignment:
+        """Token spans of the sentences: the tokens of ``text`` are those of its fragments in order."""
+        segments: list[AlignedSegment] = []
+        tokens: list[str] = []
+        for sentence, fragment in fragments:
+            words = split_words(fragment)
+            first, last = spans[sentence]
+            segments.append(AlignedSegment(len(tokens), len(tokens) + len(words), first, last))
+            tokens.extend(words)
+        if tokens != split_words(text):  # the fragments must tokenise as the whole text does
+            raise AssertionError(f"instruction fragments do not tokenise like the text: {text!r}")
+        return InstructionAlignment(tuple(segments))
 
     @staticmethod
     def _segment(dense: np.ndarray, a: np.ndarray, b: np.ndarray) -> slice:
@@ -211,14 +239,17 @@ class InstructionGenerator:
         return str(rng.choice(["turn around", "turn back", f"turn all the way {side}"]))
 
     @staticmethod
-    def _join(sentences: list[str], rng: np.random.Generator) -> str:
-        parts = []
+    def _join(sentences: list[str], rng: np.random.Generator) -> tuple[str, list[tuple[int, str]]]:
+        """The text, and its fragments as (sentence index, text): a joining "then" belongs to
+        the sentence it introduces, a full stop to the sentence it ends."""
+        fragments: list[tuple[int, str]] = []
         i = 0
         while i < len(sentences):
+            first = sentences[i][0].upper() + sentences[i][1:]
             if i + 1 < len(sentences) and rng.random() < 0.4:
-                parts.append(f"{sentences[i]}, then {sentences[i + 1]}")
+                fragments += [(i, first), (i + 1, f", then {sentences[i + 1]}. ")]
                 i += 2
             else:
-                parts.append(sentences[i])
+                fragments.append((i, f"{first}. "))
                 i += 1
-        return " ".join(p[0].upper() + p[1:] + "." for p in parts) + " "
+        return "".join(text for _, text in fragments), fragments

@@ -35,6 +35,34 @@ def split_words(text: str) -> list[str]:
     return [piece.strip() for piece in _SPLIT.split(text) if piece.strip()]
 
 
+def text_prefix(text: str, n: int) -> str:
+    """The shortest prefix of ``text`` whose words are exactly the first ``n`` words of ``text``.
+
+    Cutting an instruction at a word boundary keeps its original spelling and punctuation
+    (behavioural probes append to the cut text). Raises ``ValueError`` when no prefix
+    tokenises that way.
+    """
+    words = split_words(text)
+    if not 0 <= n <= len(words):
+        raise ValueError(f"cannot keep {n} words of a {len(words)}-word text")
+    if n == 0:
+        return ""
+    lo, hi = 1, len(text)
+    while lo < hi:  # the word count of a prefix never falls as the prefix grows
+        mid = (lo + hi) // 2
+        if len(split_words(text[:mid])) >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    for cut in range(lo, len(text) + 1):  # the n-th word may still be partial at ``lo``
+        got = split_words(text[:cut])
+        if got == words[:n]:
+            return text[:cut]
+        if len(got) > n:
+            break
+    raise ValueError(f"no prefix of the text tokenises to exactly its first {n} words")
+
+
 @dataclass
 class Vocabulary:
     """Token ids <-> words, backed by the file's ``word_list`` (index = id)."""

@@ -38,6 +38,9 @@ def test_all_files_round_trip_through_the_foundation_loaders(tiny_benchmark):
             loc = np.array(refs[e.episode_id].locations)
             assert np.allclose(loc[0], e.start_position)
             assert np.linalg.norm((loc[-1] - e.goal_position)[[0, 2]]) < 0.6  # expert stopped within its radius
+            segs = e.alignment.segments  # every instruction is aligned to its path, start to goal
+            assert segs[0].path_first == 0 and segs[-1].path_last == len(e.reference_path) - 1
+            assert segs[-1].token_end == e.instruction_length
         if split == "train":
             train_traj = {e.trajectory_id for e in ds}
         if split == "envdrop":
