@@ -18,9 +18,11 @@ after 10 episodes.
 Tables count k = episodes done (the measurement before episode k + 1), so a tour of n
 episodes gives k = 0..n-1; k = 0 is 0 by construction. Only the first ``max_k + 1`` episodes of
 a tour are walked (nothing later changes a measurement at k <= max_k; the region is still the
-whole tour's). The 95 % intervals are the hierarchical bootstrap of ``stats.py`` over houses,
-then tours: tours of one house share its layout, so a bootstrap over tours alone would be
-too narrow.
+whole tour's). Tours come in copies: one ordered path sequence per copy, with one instruction
+of each path per copy, so the oracle walks one copy and every copy gets its rows. The 95 %
+intervals are the hierarchical bootstrap of ``stats.py`` over houses, then tours: tours of one
+house share its layout (and here its paths), so a bootstrap over tours alone would be far too
+narrow.
 """
 
 from __future__ import annotations
@@ -124,9 +126,23 @@ class CoverageDriver:
         self.begun.pop(stream, None)
 
 
+def copies(items: Sequence) -> list[list[int]]:
+    """Groups of tours (indices into ``items``) that walk the same paths from the same start poses
+    in the same order. Tours are built as copies of an ordered path sequence with one
+    instruction of each path per copy (how IR2R builds them), and an oracle ignores the
+    instructions: one walk measures every copy."""
+    groups: dict[tuple, list[int]] = {}
+    for n, it in enumerate(items):
+        key = (it.tour.scan, tuple((ep.trajectory_id, tuple(np.round(ep.start_position, 4)), tuple(np.round(ep.start_rotation, 4)))
+                                   for ep in it.episodes))
+        groups.setdefault(key, []).append(n)
+    return list(groups.values())
+
+
 def measure(cfg, split: str, max_tours: int = 0, max_k: int = 0) -> list[dict]:
-    """Rows (tour, house, episode index, path / region observed) for an oracle through ``split``'s
-    tours; ``max_k`` > 0 walks only each tour's first ``max_k + 1`` episodes (all its rows up to k = max_k)."""
+    """Rows (tour, house, episode index, path / region observed, the tour walked for it) for an
+    oracle through ``split``'s tours; ``max_k`` > 0 walks only each tour's first ``max_k + 1``
+    episodes (all its rows up to k = max_k). One walk per group of ``copies``."""
     import torch
 
     from ivln_ce.env.tour_env import TourItem
@@ -135,8 +151,10 @@ def measure(cfg, split: str, max_tours: int = 0, max_k: int = 0) -> list[dict]:
 
     split_data = load_split(cfg)
     items = split_data.items[:max_tours] if max_tours else split_data.items
-    walked = [TourItem(it.tour, it.episodes[:max_k + 1]) for it in items] if max_k else items
-    driver = CoverageDriver(items, split_data.references, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth,
+    groups = copies(items)
+    firsts = [items[g[0]] for g in groups]
+    walked = [TourItem(it.tour, it.episodes[:max_k + 1]) for it in firsts] if max_k else firsts
+    driver = CoverageDriver(firsts, split_data.references, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth,
                             cfg.simulator.sensor_height)
     engine = RolloutEngine(walked, cfg.simulator, cfg.env, split_data.references, split_data.scenes_dir, num_envs=int(cfg.eval.num_envs),
                            agent="oracle", obs_keys=("depth",), seed=int(cfg.seed))
@@ -147,7 +165,8 @@ def measure(cfg, split: str, max_tours: int = 0, max_k: int = 0) -> list[dict]:
             engine.run(list(range(len(walked))), driver.decide, on_stream_end=driver.drop)
     finally:
         torch.set_num_threads(threads)
-    return driver.rows
+    members = {items[g[0]].tour.tour_id: [items[n].tour.tour_id for n in g] for g in groups}
+    return [{**r, "tour": t, "walked_as": r["tour"]} for r in driver.rows for t in members[r["tour"]]]
 
 
 def _interval(values: np.ndarray, houses: Sequence[str], resamples: int, level: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -228,9 +247,10 @@ def write_tables(out: Path, table: dict[str, list[dict]], rows: dict[str, list[d
     for split, rs in table.items():
         lines += [",".join([split, str(r["index"]), *[str(r[c]) for c in counts], *[f"{r[s]:.4f}" for s in shares]]) for r in rs]
     (out / "coverage.csv").write_text("\n".join(lines) + "\n")
-    per_tour = ["split,tour,house,episode_index,episodes_done,path_observed,region_observed"]
+    per_tour = ["split,tour,house,walked_as,episode_index,episodes_done,path_observed,region_observed"]
     for split, rs in rows.items():
-        per_tour += [f"{split},{r['tour']},{r['house']},{r['index']},{r['index'] - 1},{r['path_observed']:.4f},{r['region_observed']:.4f}"
+        per_tour += [f"{split},{r['tour']},{r['house']},{r.get('walked_as', r['tour'])},{r['index']},{r['index'] - 1},"
+                     f"{r['path_observed']:.4f},{r['region_observed']:.4f}"
                      for r in sorted(rs, key=lambda r: (int(r["tour"]) if str(r["tour"]).isdigit() else 0, str(r["tour"]), r["index"]))]
     (out / "coverage_tours.csv").write_text("\n".join(per_tour) + "\n")
     md = [f"# Tour coverage (paper Fig. 2b): {title}", "",
@@ -289,7 +309,8 @@ def coverage_report(out: Path, data: Path, scale, log: Callable[[str], None], ma
         rows[split] = measure(cfg, split, max_tours or scale.eval_tours, max_k)
         table[split] = summarise(rows[split], resamples)
         seconds[split] = round(time.perf_counter() - t, 1)
-        log(f"coverage: {split}: {len({r['tour'] for r in rows[split]})} tours in {seconds[split]:.0f} s")
+        log(f"coverage: {split}: {len({r['tour'] for r in rows[split]})} tours ({len({r['walked_as'] for r in rows[split]})} "
+            f"distinct path sequences walked) in {seconds[split]:.0f} s")
     checks = paper_checks(table)
     title = _benchmark_title(data)
     write_tables(out, table, rows, checks, max_k, title)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ivln_ce.cli import main
-from ivln_ce.reproduce.coverage import (CoverageDriver, _disk, _keys, _path_ij, paper_checks, summarise, threshold_verdict,
-                                        write_tables)
+from ivln_ce.reproduce.coverage import (CoverageDriver, _disk, _keys, _path_ij, copies, paper_checks, summarise,
+                                        threshold_verdict, write_tables)
 
 #: lattice points (i, j) with i^2 + j^2 <= 10^2: the cells within 1 m of a cell, at 10 cm
 GAUSS_CIRCLE_10 = 317
@@ -96,6 +96,17 @@ def test_written_tables_and_the_note_on_short_tours(tmp_path):
     assert "| 0 | 4 (2) |" not in md
 
 
+def test_copies_of_one_path_sequence_are_walked_once():
+    ep = lambda eid, traj, heading=0.0: SimpleNamespace(episode_id=eid, trajectory_id=traj, start_position=[1.0, 0.0, 2.0],
+                                                        start_rotation=[0.0, heading, 0.0, 1.0])
+    tour = lambda tid, scan, eps: SimpleNamespace(tour=SimpleNamespace(tour_id=tid, scan=scan), episodes=eps)
+    items = [tour("0", "A", [ep("1", "p"), ep("2", "q")]), tour("1", "A", [ep("3", "p"), ep("4", "q")]),  # one sequence, two instructions
+             tour("2", "A", [ep("5", "q"), ep("6", "p")]),  # the same paths in another order
+             tour("3", "B", [ep("7", "p"), ep("8", "q")]),  # another scene
+             tour("4", "A", [ep("9", "p", 0.5), ep("10", "q")])]  # another start heading
+    assert copies(items) == [[0, 1], [2], [3], [4]]
+
+
 def _driver():
     ep = lambda i, x: SimpleNamespace(episode_id=str(i), reference_path=[[x, 0.0, 0.05], [x, 0.0, 0.05]])  # one cell each
     episodes = [ep(1, 0.05), ep(2, 5.05), ep(3, 10.05)]
@@ -141,6 +152,8 @@ def test_cli_coverage_on_the_tiny_benchmark(tiny_benchmark, tmp_path, capsys):
     assert "val_unseen: path_observed after 10 episodes n/a (paper > 50 %): not measured (no tour reaches k = 10)" in printed
     per_tour = list(csv.DictReader(open(out / "coverage_tours.csv")))
     assert sorted({r["tour"] for r in per_tour}) == ["0", "1"] and len({r["house"] for r in per_tour}) == 1
+    assert {r["walked_as"] for r in per_tour} == {"0"}  # tour 1 is a copy of tour 0 (the same paths, other instructions)
+    assert [r["path_observed"] for r in per_tour if r["tour"] == "0"] == [r["path_observed"] for r in per_tour if r["tour"] == "1"]
     for tour in ("0", "1"):
         rs = [r for r in per_tour if r["tour"] == tour]
         assert [int(r["episodes_done"]) for r in rs] == [0, 1, 2]  # walked only to k = 2 of 6 episodes
