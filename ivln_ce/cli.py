@@ -116,8 +116,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from ivln_ce.reproduce.pipeline import reproduce
+    from ivln_ce.reproduce.pipeline import reproduce, reproduce_coverage
 
+    coverage_only = {"--splits": args.splits, "--max-tours": args.max_tours, "--max-k": args.max_k}
+    if args.table == "coverage":
+        cov = reproduce_coverage(args.scale, args.out, data=args.data, splits=args.splits or ("train", "val_unseen"),
+                                 max_tours=args.max_tours or 0, max_k=args.max_k or 20, num_envs=args.num_envs)
+        for c in cov["checks"]:
+            ours = "n/a" if c["mean"] is None else f"{100 * c['mean']:.1f} % [{100 * c['low']:.1f}, {100 * c['high']:.1f}]"
+            print(f"{c['split']}: {c['quantity']} after {c['k']} episodes {ours} (paper > {100 * c['threshold']:.0f} %): {c['verdict']}")
+        print(f"coverage: {', '.join(cov['files'])} ({cov['seconds'] / 60:.1f} min)")
+        return 0
+    given = [flag for flag, value in coverage_only.items() if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: only for `ivln-ce reproduce coverage`")
     result = reproduce(args.table, args.scale, args.out, seeds=args.seeds, device=args.device, data=args.data, num_envs=args.num_envs)
     for v in result["tables"]["verdicts"]:
         print(v)
@@ -465,16 +477,24 @@ def build_parser() -> argparse.ArgumentParser:
     trn.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.epochs=2 train.out_dir=results/x")
     trn.set_defaults(func=cmd_train)
 
-    rp = sub.add_parser("reproduce", help="the paper's Tables 3/4 on the embedded benchmark: train, evaluate, tabulate (resumable)")
-    rp.add_argument("table", choices=["table3", "table4", "all"])
+    rp = sub.add_parser("reproduce", help="the paper's Tables 3/4 on the embedded benchmark: train, evaluate, tabulate (resumable); "
+                                          "`reproduce coverage`: its Fig. 2b alone (oracle tour coverage, no training)")
+    rp.add_argument("table", choices=["table3", "table4", "all", "coverage"],
+                    help="coverage: the oracle's tour coverage (Fig. 2b) on an existing benchmark; --seeds and --device do not apply")
     rp.add_argument("--scale", choices=["tiny", "quick", "small", "default"], default="small",
                     help="budget: tiny (minutes, a smoke run), quick (the small budget, evaluated on the first 5 tours of "
                          "each split), small (hours on a CPU), default (the embedded recipes)")
     rp.add_argument("--seeds", type=int, default=3)
     rp.add_argument("--device", default="cpu", help="cpu or cuda")
     rp.add_argument("--out", required=True, help="folder for every run, the tables and the run's README")
-    rp.add_argument("--data", default=None, help="benchmark folder (default data/synthetic_<preset>; built if missing)")
+    rp.add_argument("--data", default=None, help="benchmark folder (default data/synthetic_<preset>; built if missing, except by coverage)")
     rp.add_argument("--num-envs", type=int, default=None, help="environments per training and evaluation (default: the scale's)")
+    rp.add_argument("--splits", nargs="+", default=None, metavar="SPLIT", help="coverage: the splits whose tours are walked "
+                                                                                "(default train val_unseen)")
+    rp.add_argument("--max-tours", type=int, default=None, help="coverage: only the first N tours of each split (default: the "
+                                                                  "scale's evaluation subset, all for small and default)")
+    rp.add_argument("--max-k", type=int, default=None, help="coverage: tabulate k = 1..K episodes done (default 20; only the first "
+                                                              "K + 1 episodes of each tour are walked)")
     rp.set_defaults(func=cmd_reproduce)
 
     cm = sub.add_parser("compare", help="paired per-tour differences of two evaluations of the same tours, with "

@@ -14,6 +14,15 @@ Averaged per episode index over the tours: the quantity that says how much an it
 can know about an episode before it starts. The paper reports, for an oracle on IR2R-CE
 train, more than half of the next target path and more than 70 % of the tour region observed
 after 10 episodes.
+
+Tables count k = episodes done (the measurement before episode k + 1), so a tour of n
+episodes gives k = 0..n-1; k = 0 is 0 by construction. Only the first ``max_k + 1`` episodes of
+a tour are walked (nothing later changes a measurement at k <= max_k; the region is still the
+whole tour's). Tours come in copies: one ordered path sequence per copy, with one instruction
+of each path per copy, so the oracle walks one copy and every copy gets its rows. The 95 %
+intervals are the hierarchical bootstrap of ``stats.py`` over houses, then tours: tours of one
+house share its layout (and here its paths), so a bootstrap over tours alone would be far too
+narrow.
 """
 
 from __future__ import annotations
@@ -21,13 +30,20 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 CELL = 0.1
 REGION_RADIUS = 1.0
 SPLITS = ("train", "val_unseen")
+#: episodes done up to which coverage is tabulated (the paper's Fig. 2b spans 20)
+MAX_K = 20
+#: the paper's claims (oracle, IR2R-CE train): after PAPER_K episodes, more than these shares
+PAPER_K = 10
+PAPER_THRESHOLDS = {"path_observed": 0.5, "region_observed": 0.7}
+QUANTITIES = ("path_observed", "region_observed")
+RESAMPLES = 10_000
 
 
 def _keys(ij: np.ndarray) -> np.ndarray:
@@ -92,7 +108,8 @@ class CoverageDriver:
                 ep = next(e for e in self.items[v.tour_id].episodes if e.episode_id == info["episode_id"])
                 path = _keys(_path_ij(self._reference(ep))).tolist()
                 region = self._tour_region(v.tour_id)
-                self.rows.append({"tour": v.tour_id, "index": len(begun), "path_observed": sum(c in seen for c in path) / len(path),
+                self.rows.append({"tour": v.tour_id, "house": self.items[v.tour_id].tour.scan, "index": len(begun),
+                                  "path_observed": sum(c in seen for c in path) / len(path),
                                   "region_observed": len(region & seen) / len(region)})
             depth = torch.from_numpy(np.asarray(v.obs["depth"], np.float32)[..., 0])[None]
             pos = np.asarray(v.obs["position"], np.float64)
@@ -109,87 +126,254 @@ class CoverageDriver:
         self.begun.pop(stream, None)
 
 
-def measure(cfg, split: str, max_tours: int = 0) -> list[dict]:
-    """Rows (tour, episode index, path / region observed) for an oracle through ``split``'s tours."""
+def copies(items: Sequence) -> list[list[int]]:
+    """Groups of tours (indices into ``items``) that walk the same paths from the same start poses
+    in the same order. Tours are built as copies of an ordered path sequence with one
+    instruction of each path per copy (how IR2R builds them), and an oracle ignores the
+    instructions: one walk measures every copy."""
+    groups: dict[tuple, list[int]] = {}
+    for n, it in enumerate(items):
+        key = (it.tour.scan, tuple((ep.trajectory_id, tuple(np.round(ep.start_position, 4)), tuple(np.round(ep.start_rotation, 4)))
+                                   for ep in it.episodes))
+        groups.setdefault(key, []).append(n)
+    return list(groups.values())
+
+
+def measure(cfg, split: str, max_tours: int = 0, max_k: int = 0) -> list[dict]:
+    """Rows (tour, house, episode index, path / region observed, the tour walked for it) for an
+    oracle through ``split``'s tours; ``max_k`` > 0 walks only each tour's first ``max_k + 1``
+    episodes (all its rows up to k = max_k). One walk per group of ``copies``."""
+    import torch
+
+    from ivln_ce.env.tour_env import TourItem
     from ivln_ce.evaluation.evaluator import load_split
     from ivln_ce.rollout.engine import RolloutEngine
 
     split_data = load_split(cfg)
     items = split_data.items[:max_tours] if max_tours else split_data.items
-    driver = CoverageDriver(items, split_data.references, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth,
+    groups = copies(items)
+    firsts = [items[g[0]] for g in groups]
+    walked = [TourItem(it.tour, it.episodes[:max_k + 1]) for it in firsts] if max_k else firsts
+    driver = CoverageDriver(firsts, split_data.references, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth,
                             cfg.simulator.sensor_height)
-    engine = RolloutEngine(items, cfg.simulator, cfg.env, split_data.references, split_data.scenes_dir, num_envs=int(cfg.eval.num_envs),
+    engine = RolloutEngine(walked, cfg.simulator, cfg.env, split_data.references, split_data.scenes_dir, num_envs=int(cfg.eval.num_envs),
                            agent="oracle", obs_keys=("depth",), seed=int(cfg.seed))
-    with engine:
-        engine.run(list(range(len(items))), driver.decide, on_stream_end=driver.drop)
-    return driver.rows
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one small frame per call: a thread pool made it 6x slower beside busy workers
+    try:
+        with engine:
+            engine.run(list(range(len(walked))), driver.decide, on_stream_end=driver.drop)
+    finally:
+        torch.set_num_threads(threads)
+    members = {items[g[0]].tour.tour_id: [items[n].tour.tour_id for n in g] for g in groups}
+    return [{**r, "tour": t, "walked_as": r["tour"]} for r in driver.rows for t in members[r["tour"]]]
 
 
-def summarise(rows: list[dict]) -> list[dict]:
+def _interval(values: np.ndarray, houses: Sequence[str], resamples: int, level: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of the column means, resampling houses, then tours; NaN below two tours."""
+    from ivln_ce.reproduce.stats import hierarchical_bootstrap
+
+    if len(values) < 2:
+        nan = np.full(values.shape[1], math.nan)
+        return nan, nan
+    boot = hierarchical_bootstrap(values, [list(houses)], resamples, np.random.default_rng(seed))
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(boot, [tail, 100.0 - tail], axis=0)
+    return low, high
+
+
+def summarise(rows: list[dict], resamples: int = RESAMPLES, level: float = 0.95, seed: int = 0) -> list[dict]:
+    """Per episode index: the mean over the tours that reach it, their count, and the interval."""
     by: dict[int, list[dict]] = {}
     for r in rows:
         by.setdefault(r["index"], []).append(r)
     out = []
     for k in sorted(by):
         rs = by[k]
-        out.append({"index": k, "tours": len(rs), "path_observed": float(np.mean([r["path_observed"] for r in rs])),
-                    "region_observed": float(np.mean([r["region_observed"] for r in rs]))})
+        vals = np.array([[r[q] for q in QUANTITIES] for r in rs], dtype=np.float64)
+        houses = [r["house"] for r in rs]
+        low, high = _interval(vals, houses, resamples, level, seed)
+        row = {"index": k, "episodes_done": k - 1, "tours": len(rs), "houses": len(set(houses))}
+        for j, q in enumerate(QUANTITIES):
+            row.update({q: float(vals[:, j].mean()), f"{q}_low": float(low[j]), f"{q}_high": float(high[j])})
+        out.append(row)
     return out
 
 
-def coverage_report(out: Path, data: Path, scale, log, max_tours: int = 0) -> dict[str, Any]:
-    """coverage.csv / .md / .png for an oracle through the train and val_unseen tours."""
-    from ivln_ce.config import load_config
+def threshold_verdict(low: float, high: float, threshold: float) -> str:
+    """The paper claims "more than": reproduced when the whole interval lies above the threshold,
+    not reproduced when it lies at or below it, inconclusive when it straddles it or is missing."""
+    if math.isnan(low) or math.isnan(high):
+        return "inconclusive"
+    if low > threshold:
+        return "reproduced"
+    if high <= threshold:
+        return "not reproduced"
+    return "inconclusive"
 
+
+def paper_checks(table: dict[str, list[dict]], k: int = PAPER_K) -> list[dict]:
+    """One check per split and quantity at ``k`` episodes done: ours, the interval, the verdict."""
+    checks = []
+    for split, rows in table.items():
+        at = {r["episodes_done"]: r for r in rows}
+        for q, thr in PAPER_THRESHOLDS.items():
+            r = at.get(k)
+            if r is None:
+                checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": None, "low": None, "high": None,
+                               "tours": 0, "houses": 0, "verdict": f"not measured (no tour reaches k = {k})"})
+                continue
+            checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": r[q], "low": r[f"{q}_low"],
+                           "high": r[f"{q}_high"], "tours": r["tours"], "houses": r["houses"],
+                           "verdict": threshold_verdict(r[f"{q}_low"], r[f"{q}_high"], thr)})
+    return checks
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}"
+
+
+def _with_interval(r: dict, q: str) -> str:
+    lo, hi = r[f"{q}_low"], r[f"{q}_high"]
+    return f"{_pct(r[q])} %" + ("" if math.isnan(lo) else f" [{_pct(lo)}, {_pct(hi)}]")
+
+
+def write_tables(out: Path, table: dict[str, list[dict]], rows: dict[str, list[dict]], checks: list[dict], max_k: int,
+                 title: str) -> None:
+    """coverage.csv (every k measured, k = 0 included), coverage_tours.csv (per tour) and coverage.md (k = 1..max_k)."""
+    counts = ["episodes_done", "tours", "houses"]
+    shares = [f"{q}{s}" for q in QUANTITIES for s in ("", "_low", "_high")]
+    lines = [",".join(["split", "episode_index", *counts, *shares])]
+    for split, rs in table.items():
+        lines += [",".join([split, str(r["index"]), *[str(r[c]) for c in counts], *[f"{r[s]:.4f}" for s in shares]]) for r in rs]
+    (out / "coverage.csv").write_text("\n".join(lines) + "\n")
+    per_tour = ["split,tour,house,walked_as,episode_index,episodes_done,path_observed,region_observed"]
+    for split, rs in rows.items():
+        per_tour += [f"{split},{r['tour']},{r['house']},{r.get('walked_as', r['tour'])},{r['index']},{r['index'] - 1},"
+                     f"{r['path_observed']:.4f},{r['region_observed']:.4f}"
+                     for r in sorted(rs, key=lambda r: (int(r["tour"]) if str(r["tour"]).isdigit() else 0, str(r["tour"]), r["index"]))]
+    (out / "coverage_tours.csv").write_text("\n".join(per_tour) + "\n")
+    md = [f"# Tour coverage (paper Fig. 2b): {title}", "",
+          "Oracle agent, iterative setting (oracle walks between episodes observed). After k episodes of a tour: the share "
+          "of the next episode's reference path, and of the tour's region (10 cm cells within 1 m of any of its reference "
+          "paths), already seen by the depth camera. Mean over the tours that reach k, with its 95 % interval (bootstrap "
+          "over houses, then tours).", ""]
+    md += ["| split | quantity | paper (k = %d) | ours at k = %d [95 %% interval] | tours (houses) | verdict |" % (PAPER_K, PAPER_K),
+           "|---|---|---|---|---|---|"]
+    for c in checks:
+        ours = "n/a" if c["mean"] is None else _with_interval({c["quantity"]: c["mean"], f"{c['quantity']}_low": c["low"],
+                                                                f"{c['quantity']}_high": c["high"]}, c["quantity"])
+        md.append(f"| {c['split']} | {_QUANTITY_NAMES[c['quantity']]} | > {100 * c['threshold']:.0f} % | {ours} | "
+                  f"{c['tours']} ({c['houses']}) | {c['verdict']} |")
+    for split, rs in table.items():
+        shown = [r for r in rs if 1 <= r["episodes_done"] <= max_k]
+        last = max((r["episodes_done"] for r in rs), default=0)
+        md += ["", f"## {split}", ""]
+        if last < max_k:
+            md += [f"The tours of this split are at most {last + 1} episodes long: k stops at {last} (there is no next "
+                   f"episode after the last).", ""]
+        md += ["| k (episodes done) | tours (houses) | next path observed | tour region observed |", "|---|---|---|---|"]
+        md += [f"| {r['episodes_done']} | {r['tours']} ({r['houses']}) | {_with_interval(r, 'path_observed')} | "
+               f"{_with_interval(r, 'region_observed')} |" for r in shown]
+    (out / "coverage.md").write_text("\n".join(md) + "\n")
+
+
+_QUANTITY_NAMES = {"path_observed": "next path observed", "region_observed": "tour region observed"}
+
+
+def _benchmark_title(data: Path) -> str:
+    manifest = data / "manifest.json"
+    preset = json.loads(manifest.read_text()).get("preset") if manifest.exists() else None
+    return f"`{preset}` synthetic benchmark" if preset else str(data)
+
+
+def coverage_report(out: Path, data: Path, scale, log: Callable[[str], None], max_tours: int = 0, splits: Sequence[str] = SPLITS,
+                    max_k: int = MAX_K, resamples: int = RESAMPLES) -> dict[str, Any]:
+    """coverage.csv / coverage_tours.csv / .md / .png / .json for an oracle through ``splits``' tours."""
+    import time
+
+    from ivln_ce.config import load_config
+    from ivln_ce.fingerprint import code_digest
+
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     table: dict[str, list[dict]] = {}
-    for split in SPLITS:
+    rows: dict[str, list[dict]] = {}
+    seconds: dict[str, float] = {}
+    for split in splits:
+        t = time.perf_counter()
         cfg = load_config(None, [f"data.root={data}", f"eval.split={split}", "simulator.sensors=[depth]", "env.oracle_phases=true",
                                  f"env.oracle_step_limit={scale.oracle_step_limit}",
                                  *[f"simulator.depth.{d}={scale.size}" for d in ("width", "height")],
                                  f"eval.num_envs={scale.num_envs}", "eval.agent=oracle"])
-        rows = measure(cfg, split, max_tours or scale.eval_tours)
-        table[split] = summarise(rows)
-    lines = ["split,episode_index,tours,path_observed,region_observed"]
-    for split, rows in table.items():
-        lines += [f"{split},{r['index']},{r['tours']},{r['path_observed']:.4f},{r['region_observed']:.4f}" for r in rows]
-    (out / "coverage.csv").write_text("\n".join(lines) + "\n")
-    md = ["| split | episode | tours | path observed | region observed |", "|---|---|---|---|---|"]
-    for split, rows in table.items():
-        md += [f"| {split} | {r['index']} | {r['tours']} | {100 * r['path_observed']:.1f} % | {100 * r['region_observed']:.1f} % |" for r in rows]
-    (out / "coverage.md").write_text("Oracle agent, iterative setting: share of the next episode's reference path and of the "
-                                     "tour's region (cells within 1 m of its paths) seen before the episode starts.\n\n" + "\n".join(md) + "\n")
+        rows[split] = measure(cfg, split, max_tours or scale.eval_tours, max_k)
+        table[split] = summarise(rows[split], resamples)
+        seconds[split] = round(time.perf_counter() - t, 1)
+        log(f"coverage: {split}: {len({r['tour'] for r in rows[split]})} tours ({len({r['walked_as'] for r in rows[split]})} "
+            f"distinct path sequences walked) in {seconds[split]:.0f} s")
+    checks = paper_checks(table)
+    title = _benchmark_title(data)
+    write_tables(out, table, rows, checks, max_k, title)
+    plot = out / "coverage.png"
+    _plot(table, plot, max_k, title)
     summary = []
-    for split, rows in table.items():
-        at = {r["index"]: r for r in rows}
-        k = 10 if 10 in at else max(at) if at else None
+    for split, rs in table.items():
+        at = {r["episodes_done"]: r for r in rs}
+        k = PAPER_K if PAPER_K in at else max(at) if at else None
         if k is not None:
-            summary.append(f"{split}: before episode {k}, {100 * at[k]['path_observed']:.0f} % of its path and "
+            summary.append(f"{split}: after {k} episodes, {100 * at[k]['path_observed']:.0f} % of the next path and "
                            f"{100 * at[k]['region_observed']:.0f} % of the tour region were already observed "
                            f"({at[k]['tours']} tours)")
-    plot = out / "coverage.png"
-    _plot(table, plot)
-    text = "; ".join(summary) + " (paper, oracle on IR2R-CE train, after 10 episodes: > 50 % of the next path, > 70 % of the tour region)."
+    text = "; ".join(summary) + (f" (paper, oracle on IR2R-CE train, after {PAPER_K} episodes: > 50 % of the next path, "
+                                 "> 70 % of the tour region).")
     log(f"coverage: {text}")
-    (out / "coverage.json").write_text(json.dumps(table, indent=2))
-    return {"summary": text, "plot": str(plot), "files": [str(out / f"coverage.{x}") for x in ("csv", "md", "png", "json")]}
+    settings = {"data": str(data), "splits": list(splits), "size": scale.size, "oracle_step_limit": scale.oracle_step_limit,
+                "num_envs": scale.num_envs, "max_tours": max_tours or scale.eval_tours, "max_k": max_k, "resamples": resamples,
+                "level": 0.95, "code": code_digest()}
+    (out / "coverage.json").write_text(json.dumps({"settings": settings, "seconds": {**seconds, "total": round(time.perf_counter() - t0, 1)},
+                                                   "checks": checks, "table": table}, indent=2))
+    files = [str(out / f) for f in ("coverage.csv", "coverage_tours.csv", "coverage.md", "coverage.png", "coverage.json")]
+    return {"summary": text, "plot": str(plot), "files": files, "checks": checks}
 
 
-def _plot(table: dict[str, list[dict]], path: Path) -> None:
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _plot(table: dict[str, list[dict]], path: Path, max_k: int = MAX_K, title: str = "") -> None:
+    """Two panels (next path, tour region): means with 95 % bands per split, the paper's claims as marks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
-    for split, rows in table.items():
-        k = [r["index"] for r in rows]
-        ax.plot(k, [100 * r["path_observed"] for r in rows], "-o", ms=3, label=f"{split}: next path observed")
-        ax.plot(k, [100 * r["region_observed"] for r in rows], "--s", ms=3, label=f"{split}: tour region observed")
-    ax.set_xlabel("episode index in the tour")
-    ax.set_ylabel("% already observed")
-    ax.set_ylim(0, 100)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0), dpi=120, sharey=True)
+    for ax, q in zip(axes, QUANTITIES):
+        for n, (split, rows) in enumerate(table.items()):
+            rs = [r for r in rows if 1 <= r["episodes_done"] <= max_k]
+            if not rs:
+                continue
+            k = [r["episodes_done"] for r in rs]
+            counts = sorted({r["tours"] for r in rs})
+            tours = _count(counts[-1], "tour") if len(counts) == 1 else f"{counts[0]}-{counts[-1]} tours"
+            color = f"C{n}"
+            ax.plot(k, [100 * r[q] for r in rs], "-o", ms=3, color=color, label=f"{split} ({tours}, {_count(rs[0]['houses'], 'house')})")
+            low = [100 * r[f"{q}_low"] for r in rs]
+            high = [100 * r[f"{q}_high"] for r in rs]
+            ax.fill_between(k, low, high, color=color, alpha=0.2, lw=0)
+        thr = 100 * PAPER_THRESHOLDS[q]
+        ax.axhline(thr, color="k", ls=":", lw=0.8)
+        ax.plot([PAPER_K], [thr], "^", color="k", ms=8, label=f"paper: > {thr:.0f} % after {PAPER_K} episodes")
+        ax.set_title(_QUANTITY_NAMES[q], fontsize=10)
+        ax.set_xlabel("k, episodes done in the tour")
+        ax.set_xlim(0.5, max_k + 0.5)
+        ax.set_xticks(range(1, max_k + 1, 1 if max_k <= 10 else 2))
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("% already observed (mean, 95 % band)")
+    if title:
+        fig.suptitle(f"Oracle coverage, {title.replace('`', '')}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

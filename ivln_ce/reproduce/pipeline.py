@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import ivln_ce
 from ivln_ce.fingerprint import code_digest
@@ -205,6 +205,44 @@ def check_run_options(device: str, num_envs: int | None) -> None:
             raise ValueError(f"--device {device}: torch sees no CUDA device; use --device cpu")
 
 
+def _scale(scale_name: str, device: str, num_envs: int | None) -> Scale:
+    """The named scale, checked, with ``num_envs`` in place of its own when given."""
+    if scale_name not in SCALES:
+        raise ValueError(f"unknown scale {scale_name!r}; choose one of {sorted(SCALES)}")
+    check_run_options(device, num_envs)
+    scale = SCALES[scale_name]
+    if num_envs is not None:
+        from dataclasses import replace
+
+        scale = replace(scale, num_envs=int(num_envs))
+    return scale
+
+
+def reproduce_coverage(scale_name: str, out: str | Path, data: str | Path | None = None, splits: Sequence[str] = ("train", "val_unseen"),
+                       max_tours: int = 0, max_k: int = 20, num_envs: int | None = None, echo: bool = True) -> dict[str, Any]:
+    """``ivln-ce reproduce coverage``: Fig. 2b alone, without training anything. The benchmark
+    must exist already: it is only read (it may be a shared, read-only copy)."""
+    from ivln_ce.reproduce.coverage import coverage_report
+
+    if max_k < 1:
+        raise ValueError(f"--max-k must be at least 1, got {max_k}")
+    if max_tours < 0:
+        raise ValueError(f"--max-tours must be 0 (all) or more, got {max_tours}")
+    scale = _scale(scale_name, "cpu", num_envs)
+    data = _data_dir(scale, data)
+    if not (data / "manifest.json").exists():
+        raise ValueError(f"{data}: no synthetic benchmark there (no manifest.json); build one first with "
+                         f"`ivln-ce data synth --preset {scale.preset} --out {data}`")
+    out = Path(out)
+    log = Log(out / "coverage.log", echo)
+    t0 = time.perf_counter()
+    log(f"coverage of {data} ({', '.join(splits)}) at scale {scale_name}: {scale.size} px depth, up to k = {max_k} -> {out}")
+    cov = coverage_report(out, data, scale, log, max_tours=max_tours, splits=splits, max_k=max_k)
+    cov["seconds"] = time.perf_counter() - t0
+    log(f"coverage: done in {cov['seconds'] / 60:.1f} min: {', '.join(cov['files'])}")
+    return cov
+
+
 def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, device: str = "cpu", data: str | Path | None = None,
               echo: bool = True, num_envs: int | None = None) -> dict[str, Any]:
     """Run (or resume) the reproduction; returns where the tables are and what ran. ``num_envs``
@@ -215,16 +253,9 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
     from ivln_ce.reproduce.coverage import coverage_report
     from ivln_ce.reproduce.tables import write_tables
 
-    if scale_name not in SCALES:
-        raise ValueError(f"unknown scale {scale_name!r}; choose one of {sorted(SCALES)}")
     if seeds < 1:
         raise ValueError("--seeds must be at least 1")
-    check_run_options(device, num_envs)
-    scale = SCALES[scale_name]
-    if num_envs is not None:
-        from dataclasses import replace
-
-        scale = replace(scale, num_envs=int(num_envs))
+    scale = _scale(scale_name, device, num_envs)
     out = Path(out)
     data = _data_dir(scale, data)
     log = Log(out / "reproduce.log", echo)
