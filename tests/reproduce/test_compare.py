@@ -21,13 +21,14 @@ RUNS = (("random0", "random", []), ("random1", "random", ["seed=1"]), ("forward"
 
 @pytest.fixture(scope="session")
 def runs(tiny_benchmark, tmp_path_factory):
-    """Five evaluations, built once per test run and shared by the xdist workers (read-only)."""
+    """Five evaluations, built once per test run and shared by the xdist workers (read-only);
+    oracle walks are cut after 12 steps (a teleport), which leaves the files' structure as is."""
     from tests.conftest import build_once
 
     def build(root):
         for name, agent, extra in RUNS:
             cfg = load_config(None, [f"data.root={tiny_benchmark}", "data.split=val_unseen", f"results_dir={root / name}",
-                                     "simulator.sensors=[]", f"eval.agent={agent}", *extra])
+                                     "simulator.sensors=[]", f"eval.agent={agent}", "env.oracle_step_limit=12", *extra])
             evaluate(cfg, show_progress=False)
 
     root = build_once(tmp_path_factory, "compare_runs", build)

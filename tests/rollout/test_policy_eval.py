@@ -34,7 +34,7 @@ ALL_LAYOUTS = (("workers", 1), ("workers", 2), ("workers", 4), ("main", 1), ("ma
 
 
 @pytest.mark.parametrize("policy, layouts, tours", [
-    (MAP, (("workers", 2), ("main", 1)), "[0,1]"),
+    pytest.param(MAP, (("workers", 2), ("main", 1)), "[0,1]", marks=pytest.mark.slow),
     pytest.param(MAP, ALL_LAYOUTS, "[0,1,2,3]", marks=pytest.mark.slow),
     pytest.param(TOUR, ALL_LAYOUTS, "[0,1,2,3]", marks=pytest.mark.slow),
 ], ids=["map_cma", "map_cma-every-layout", "tour_cma-every-layout"])
