@@ -316,6 +316,9 @@ class TrainConfig:
     #: evaluate every checkpoint on these splits while training (``eval_{split}_{metric}`` in
     #: TensorBoard); empty = none
     eval_splits: list[str] = field(default_factory=list)
+    #: the tours (ids) of those splits that the in-training evaluation runs; empty = every tour.
+    #: A few tours make a cheap learning curve; the final numbers come from ``ivln-ce eval``
+    eval_tours: list[str] = field(default_factory=list)
 
 
 @dataclass

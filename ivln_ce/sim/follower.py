@@ -94,7 +94,8 @@ class GreedyFollower:
         d0 = self.nav.geodesic_distance(position, target)
         best, choice = -0.25, None
         for k in range(self.MAX_TURNS + 1):
-            for direction in (TURN_LEFT, TURN_RIGHT):
+            # k = 0 is one candidate: right would score what left scored and never replace it
+            for direction in (TURN_LEFT, TURN_RIGHT) if k else (TURN_LEFT,):
                 theta = heading + (k if direction == TURN_LEFT else -k) * self.turn_angle
                 end_wanted = position + self.forward_step * forward_vector(theta)
                 end, collided = self.nav.try_step(position, end_wanted)

@@ -151,7 +151,7 @@ class NavGrid:
     def distance_field(self, goal: Sequence[float]) -> np.ndarray:
         """Geodesic distance (m) from every cell centre to ``goal``; inf where unreachable."""
         goal = np.asarray(goal, dtype=np.float64)
-        key = (round(goal[0], 3), round(goal[2], 3))
+        key = (round(float(goal[0]), 3), round(float(goal[2]), 3))  # Python floats: numpy scalar rounding is slow
         field = self._fields.get(key)
         if field is not None:
             self._fields.move_to_end(key)

@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 
 RESUME_FILE = "resume.pt"
 COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits",
-                       "train.device")
+                       "train.eval_tours", "train.device")
 
 
 @dataclass
@@ -730,7 +730,7 @@ def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None
         ecfg = load_config(None, _overrides(resolved(cfg)) + [f"eval.split={split}", "eval.agent=policy",
                                                                f"policy.checkpoint={out / f'ckpt.{index}.pth'}",
                                                                f"results_dir={out / 'eval'}", f"eval.num_envs={cfg.train.num_envs}",
-                                                               f"eval.device={cfg.train.device}", "eval.tours=[]", "eval.label=''",
+                                                               f"eval.device={cfg.train.device}", f"eval.tours={json.dumps([str(t) for t in cfg.train.eval_tours])}", "eval.label=''",
                                                                *protocol])
         summary = evaluate(ecfg, rank=0, world_size=1, show_progress=False)
         if writer is not None and summary is not None:

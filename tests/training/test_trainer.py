@@ -124,7 +124,7 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path, store
     extra = ["train.store_observations=false"] if store_kind == "actions_only" else []
     args = latent(tiny_benchmark, tmp_path / "x", "train.p=0.5", "train.iterations=2", "train.update_size=3", "train.epochs=2",
                   "train.num_envs=2", "train.resume_every=2", *extra)
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = dict(os.environ)  # under xdist: the worker's CPU share and thread count (conftest)
     full = tmp_path / "full"
     run = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={full}"], env=env, capture_output=True,
                          text=True, timeout=900, cwd=os.getcwd())
@@ -417,7 +417,8 @@ def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(ti
 
     out = tmp_path / "t"
     cfg = load_config(None, latent(tiny_benchmark, out, "train.update_size=2", f"train.out_dir={out}",
-                                   "train.eval_splits=[val_unseen]", "env.max_agent_steps=5", "env.oracle_step_limit=-1"))
+                                   "train.eval_splits=[val_unseen]", "train.eval_tours=[1,4]", "env.max_agent_steps=5",
+                                   "env.oracle_step_limit=-1"))
     torch.set_num_threads(1)
     train(cfg, show_progress=False)
     stats = json.loads((out / "eval" / "iterative_stats_ckpt_0_val_unseen.json").read_text())
@@ -425,7 +426,8 @@ def test_checkpoints_are_evaluated_during_training_by_the_evaluation_protocol(ti
     assert stats["config"]["env"]["oracle_phases"] is True and stats["label"] == "0"
     assert stats["config"]["env"]["oracle_step_limit"] == 1000  # the protocol's, not the recipe's unlimited walks
     assert stats["config"]["eval"]["deterministic"] is True
-    assert stats["num_tours"] == sum(len(t) for t in tours.values()) == 6
+    assert sum(len(t) for t in tours.values()) == 6
+    assert stats["num_tours"] == 2 and stats["config"]["eval"]["tours"] == ["1", "4"]  # train.eval_tours
     ev = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0})
     ev.Reload()
     logged = ev.Scalars("eval_val_unseen_tndtw")
@@ -448,7 +450,7 @@ def test_a_run_killed_while_evaluating_a_checkpoint_evaluates_it_when_resumed(ti
 
     def args(out):
         return latent(tiny_benchmark, out, "train.update_size=2", "train.epochs=2", f"train.out_dir={out}",
-                      "train.eval_splits=[val_unseen]", "env.max_agent_steps=5")
+                      "train.eval_splits=[val_unseen]", "train.eval_tours=[0]", "env.max_agent_steps=5")
 
     torch.set_num_threads(1)
     full, cut = tmp_path / "full", tmp_path / "cut"
@@ -476,6 +478,21 @@ def test_a_run_killed_while_evaluating_a_checkpoint_evaluates_it_when_resumed(ti
     a, _ = _final_weights(full)
     b, _ = _final_weights(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_in_training_evaluation_runs_every_tour_or_the_chosen_ones(tiny_benchmark, tmp_path, monkeypatch):
+    import ivln_ce.evaluation.evaluator as evaluator
+    import ivln_ce.training.trainer as trainer
+
+    seen = []
+    monkeypatch.setattr(evaluator, "evaluate", lambda ecfg, **kw: seen.append(ecfg) or None)
+    for tours in ("[]", "[2,5]"):
+        cfg = load_config(None, latent(tiny_benchmark, tmp_path, "train.eval_splits=[val_seen,val_unseen]", f"train.eval_tours={tours}",
+                                       "env.oracle_step_limit=-1"))
+        trainer._evaluate_checkpoint(cfg, tmp_path, 3, None)
+    assert [(c.eval.split, list(c.eval.tours), c.policy.checkpoint, c.env.oracle_step_limit) for c in seen] == [
+        ("val_seen", [], str(tmp_path / "ckpt.3.pth"), 1000), ("val_unseen", [], str(tmp_path / "ckpt.3.pth"), 1000),
+        ("val_seen", ["2", "5"], str(tmp_path / "ckpt.3.pth"), 1000), ("val_unseen", ["2", "5"], str(tmp_path / "ckpt.3.pth"), 1000)]
 
 
 def test_training_fingerprint_counts_the_number_of_environments_only_under_t3_and_p6(tiny_benchmark):
