@@ -240,6 +240,8 @@ def run_fingerprint(cfg: DictConfig, split: SplitData) -> fpr.Fingerprint:
     config = fpr.fingerprint_config(resolved(cfg))
     if split.instruction.mode != "other":  # the seed draws nothing then: it must not invalidate results
         config.get("eval", {}).pop("instruction_seed", None)
+    if not split.instruction.ablated:  # full instructions: results cached before the setting existed stay valid
+        config.get("eval", {}).pop("instruction", None)
     if not uses_maps:
         config.pop("mapping", None)
     if not uses_policy:
