@@ -300,6 +300,24 @@ def cmd_data_tours(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_r4r(args: argparse.Namespace) -> int:
+    from ivln_ce.benchmark.r4r import R4RRequest, build_r4r
+
+    bad = [o for o in args.overrides if not o.startswith("simulator.")]
+    if bad:
+        raise UsageError(f"only simulator.* overrides apply to data r4r, got {bad}")
+    if args.overrides and not args.scenes_dir:
+        raise UsageError("simulator.* overrides need --scenes (without scenes no simulator runs)")
+    req = R4RRequest(episodes=Path(args.episodes), out=Path(args.out), distance=args.distance, threshold=args.threshold,
+                     scenes_dir=Path(args.scenes_dir) if args.scenes_dir else None, max_per_scene=args.max_per_scene,
+                     seed=args.seed, max_dy=args.max_dy, padded_length=args.padded_length, overrides=tuple(args.overrides))
+    result = build_r4r(req)
+    print(result.table.read_text(), end="")
+    refs = f", references {result.references}" if result.references else " (no simulator: no reference trajectories)"
+    print(f"{result.episodes}: {result.statistics.joined.instructions} episodes{refs}; table {result.table}")
+    return 0
+
+
 def cmd_data_stats(args: argparse.Namespace) -> int:
     from ivln_ce.benchmark.tours import dataset_statistics, format_statistics
     from ivln_ce.data.episodes import load_episodes
@@ -587,6 +605,29 @@ def build_parser() -> argparse.ArgumentParser:
     dto.add_argument("--solver", choices=["ortools", "heuristic"], default="ortools")
     dto.add_argument("--out", required=True, help="tours.json to write")
     dto.set_defaults(func=cmd_data_tours)
+    dr4 = dsub.add_parser("r4r", help="R4R: join paths whose end lies near another's start (Jain et al. 2019, §2.2)",
+                          description="Join, within each scene, every ordered pair of distinct paths (A, B) whose end of A lies "
+                                      "within --threshold of the start of B: reference path A + shortest path + B, one "
+                                      "instruction per pair of A's and B's instructions, A's start pose, B's goal. Writes the "
+                                      "episodes (official layout), {stem}_gt.json.gz expert walks when --scenes is given, and "
+                                      "{stem}_stats.md/.json (R4R's Table 1).")
+    dr4.add_argument("--episodes", required=True, help="R2R-VLN-CE episode file (.json or .json.gz)")
+    dr4.add_argument("--distance", choices=["geodesic", "euclidean"], required=True,
+                     help="join test: simulator geodesic (needs --scenes) or the same-floor Euclidean proxy")
+    dr4.add_argument("--threshold", type=float, default=3.0, help="join when d(end of A, start of B) < this (m; default 3.0)")
+    dr4.add_argument("--scenes", "--scenes-dir", dest="scenes_dir", default=None,
+                     help="scenes folder (scene_id is relative to it): shortest connecting paths, geodesic start-goal "
+                          "distances and expert walks; without it straight connectors and no reference trajectories")
+    dr4.add_argument("--max-per-scene", type=int, default=None,
+                     help="keep at most N joined paths per scene, a uniform sample seeded by --seed and the scene "
+                          "(the pair count grows with the square of a scene's paths; default: all)")
+    dr4.add_argument("--seed", type=int, default=0)
+    dr4.add_argument("--max-dy", type=float, default=0.5, help="euclidean: max height difference of one floor (m)")
+    dr4.add_argument("--padded-length", type=int, default=None,
+                     help="token list length (default: the input's, raised to fit the longest joined instruction)")
+    dr4.add_argument("--out", required=True, help="episode file to write, e.g. .../r4r_val_unseen/r4r_val_unseen.json.gz")
+    dr4.add_argument("overrides", nargs="*", help="simulator.* overrides, e.g. simulator.backend=habitat")
+    dr4.set_defaults(func=cmd_data_r4r)
     dst = dsub.add_parser("stats", help="Table-1 statistics of a split's tours and episodes")
     dst.add_argument("--episodes", required=True)
     dst.add_argument("--tours", required=True)

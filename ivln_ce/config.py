@@ -377,6 +377,12 @@ class EvalConfig:
     save_frames: bool = False
     #: write a video per episode: RGB | depth | egocentric map | top-down (``videos_{label}_{split}/``)
     video: bool = False
+    #: language ablation (analysis only; ``data/language_ablation.py``): full; last:K (only the
+    #: last K tokens); none (all padding, vision kept); other (the instruction of another path of
+    #: the split, drawn with instruction_seed; the reference path is unchanged)
+    instruction: str = "full"
+    #: seed of the draw of ``instruction: other``
+    instruction_seed: int = 0
 
 
 @dataclass
@@ -632,6 +638,9 @@ def _one_of(*allowed):
     return lambda v: v in allowed
 
 
+#: the values of ``eval.instruction`` (``data/language_ablation.py``)
+INSTRUCTION_ABLATION_PATTERN = r"full|none|other|last:[1-9][0-9]{0,5}"
+
 #: The evaluation protocol (SPEC §3.8, §10.1): the runner keys every evaluation of a checkpoint
 #: uses whatever the training recipe collected with (latent recipes collect without oracle
 #: phases, iterative-maps DAgger without an oracle step limit). In-training evaluation
@@ -686,6 +695,9 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "eval.poll_timeout": (_between(0.0, 365 * 86400.0, lo_open=True), "a duration in (0, 31536000] seconds"),
     "eval.policy_process": (_one_of("auto", "main", "workers"), "one of auto, main, workers"),
+    "eval.instruction": (lambda v: bool(re.fullmatch(INSTRUCTION_ABLATION_PATTERN, str(v))),
+                         "one of full, last:K (keep the last K >= 1 tokens), none (all padding), other (another path's instruction)"),
+    "eval.instruction_seed": (lambda v: v >= 0, "an integer >= 0"),
     "eval.poll_interval": (_between(0.0, 86400.0, lo_open=True), "a duration in (0, 86400] seconds"),
 }
 for _sensor in ("rgb", "depth", "semantic"):

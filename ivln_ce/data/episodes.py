@@ -33,7 +33,11 @@ REQUIRED_KEYS = (
     "instruction",
     "reference_path",
 )
-OPTIONAL_KEYS = ("tour_id", "start_room", "shortest_paths", ALIGNMENT_KEY)
+#: fields of a joined (R4R) episode (``data/r4r.py``): the two source paths and instructions,
+#: the distance from the first path's end to the second's start and how it was measured
+R4R_KEYS = ("first_path_id", "second_path_id", "first_episode_id", "second_episode_id", "join_distance", "distance_type")
+R4R_DISTANCE_TYPES = ("geodesic", "euclidean")
+OPTIONAL_KEYS = ("tour_id", "start_room", "shortest_paths", ALIGNMENT_KEY, *R4R_KEYS)
 #: how many problems an error message lists before summarising the rest
 MAX_LISTED_PROBLEMS = 20
 
@@ -105,8 +109,8 @@ class Episode:
     def to_json_dict(self) -> dict[str, Any]:
         """The episode as the official file stores it (key order included)."""
         out = {
-            "episode_id": _id_out(self.episode_id),
-            "trajectory_id": _id_out(self.trajectory_id),
+            "episode_id": id_to_json(self.episode_id),
+            "trajectory_id": id_to_json(self.trajectory_id),
             "scene_id": self.scene_id,
             "start_position": self.start_position,
             "start_rotation": self.start_rotation,
@@ -124,7 +128,8 @@ class Episode:
         return out
 
 
-def _id_out(value: str) -> int | str:
+def id_to_json(value: str) -> int | str:
+    """An id as the files store it: an integer when it is a plain decimal number."""
     return int(value) if value.isdigit() and str(int(value)) == value else value
 
 
@@ -260,6 +265,7 @@ class _Checker:
         goals = self._goals(where, raw["goals"])
         instruction = raw["instruction"]
         text, tokens = self._instruction(where, instruction)
+        self._r4r_fields(where, raw)
         ref = raw["reference_path"]
         if not isinstance(ref, list) or not ref:
             self.add(where, "reference_path", f"expected a non-empty list of [x, y, z], got {_describe(ref)}")
@@ -294,6 +300,17 @@ class _Checker:
             extra=extra,
             alignment=alignment,
         )
+
+    def _r4r_fields(self, where: str, raw: dict) -> None:
+        for key in ("first_path_id", "second_path_id", "first_episode_id", "second_episode_id"):
+            if key in raw:
+                p = _id_problem(raw[key])
+                if p:
+                    self.add(where, key, p)
+        if "join_distance" in raw and (not _is_number(raw["join_distance"]) or raw["join_distance"] < 0):
+            self.add(where, "join_distance", f"expected a finite distance >= 0 (metres), got {_describe(raw['join_distance'])}")
+        if "distance_type" in raw and raw["distance_type"] not in R4R_DISTANCE_TYPES:
+            self.add(where, "distance_type", f"expected one of {list(R4R_DISTANCE_TYPES)}, got {_describe(raw['distance_type'])}")
 
     def _goals(self, where: str, goals: Any) -> list[Goal]:
         if not isinstance(goals, list) or len(goals) != 1:

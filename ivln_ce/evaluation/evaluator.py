@@ -40,6 +40,7 @@ from tqdm import tqdm
 from ivln_ce.config import ConfigError, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
+from ivln_ce.data.language_ablation import InstructionAblation, ablate_instructions
 from ivln_ce.data.targets import PathFileWriter, TourPath, iter_target_paths, target_splits
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem, contained_scene_path, simulator_distance
@@ -107,6 +108,10 @@ class SplitData:
     vocab_size: int = 0
     #: the target tour paths file has this split (else t-nDTW is not computed, and a note says why)
     has_targets: bool = True
+    #: the language ablation applied to the instructions (``eval.instruction``)
+    instruction: InstructionAblation = field(default_factory=InstructionAblation)
+    #: episodes whose instruction the ablation changed
+    instructions_changed: int = 0
 
 
 def _fmt(path_template: str, split: str) -> str:
@@ -116,7 +121,12 @@ def _fmt(path_template: str, split: str) -> str:
 def load_split(cfg: DictConfig) -> SplitData:
     split = cfg.eval.split
     episodes_file = _fmt(cfg.data.episodes, split)
+    ablation = instruction_ablation(cfg)
     ds = load_episodes(episodes_file)
+    # the ablated tokens replace the episodes' own before any environment exists: the environment's
+    # instruction sensor reads them, so every policy (in this process or in the workers) sees them
+    ablated = ablate_instructions(ds, ablation, seed=int(cfg.eval.instruction_seed))
+    ds = ablated.dataset
     tours = load_tours(cfg.data.tours, split)
     keep = list(cfg.eval.tours) or None
     if keep:
@@ -151,7 +161,18 @@ def load_split(cfg: DictConfig) -> SplitData:
     files = {"episodes": episodes_file, "references": str(ref_file), "tours": str(cfg.data.tours)}
     vocab = ds.vocab
     vocab_size = len(vocab) if vocab is not None else 1 + max((t for e in ds for t in e.instruction_tokens), default=0)
-    return SplitData(items, refs, scenes_dir, files, notes, vocab_size, has_targets)
+    if ablation.ablated:
+        notes.append(f"language ablation eval.instruction={ablation}: {ablated.changed} "
+                     f"of {len(ds)} instructions changed (analysis only)")
+    return SplitData(items, refs, scenes_dir, files, notes, vocab_size, has_targets, ablation, ablated.changed)
+
+
+def instruction_ablation(cfg: DictConfig) -> InstructionAblation:
+    """``eval.instruction``, parsed (a ConfigError naming the key for a bad value)."""
+    try:
+        return InstructionAblation.parse(cfg.eval.instruction)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- checks
@@ -193,10 +214,14 @@ def eval_label(cfg: DictConfig, checkpoint: str | None = None) -> str:
     if cfg.eval.label:
         return str(cfg.eval.label)
     if cfg.eval.agent != "policy":
-        return cfg.eval.agent
-    ckpt = checkpoint if checkpoint is not None else cfg.policy.checkpoint
-    m = CHECKPOINT_NAME.search(str(ckpt)) if ckpt else None
-    return m.group(1) if m else cfg.policy.name.value
+        label = cfg.eval.agent
+    else:
+        ckpt = checkpoint if checkpoint is not None else cfg.policy.checkpoint
+        m = CHECKPOINT_NAME.search(str(ckpt)) if ckpt else None
+        label = m.group(1) if m else cfg.policy.name.value
+    ablation = instruction_ablation(cfg)
+    # an ablated run's default label says so: its files sit beside the full run's, never over them
+    return label if not ablation.ablated else f"{label}-instruction_{str(ablation).replace(':', '')}"
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -213,6 +238,10 @@ def run_fingerprint(cfg: DictConfig, split: SplitData) -> fpr.Fingerprint:
     if uses_maps and cfg.mapping.semantics.value == "rednet":
         files["rednet"] = cfg.mapping.rednet_checkpoint
     config = fpr.fingerprint_config(resolved(cfg))
+    if split.instruction.mode != "other":  # the seed draws nothing then: it must not invalidate results
+        config.get("eval", {}).pop("instruction_seed", None)
+    if not split.instruction.ablated:  # full instructions: results cached before the setting existed stay valid
+        config.get("eval", {}).pop("instruction", None)
     if not uses_maps:
         config.pop("mapping", None)
     if not uses_policy:
@@ -571,6 +600,9 @@ def leaderboard_validity(cfg: DictConfig, partial: bool) -> tuple[bool, list[str
         reasons.append("a subset of the split's tours (eval.tours)")
     if cfg.metrics.tndtw.variant != TndtwVariant.official:
         reasons.append("t-nDTW variant other than official")
+    ablation = instruction_ablation(cfg)
+    if ablation.ablated:
+        reasons.append(f"language ablation (eval.instruction={ablation})")
     return not reasons, reasons
 
 
@@ -671,6 +703,7 @@ def gather(cfg: DictConfig, split: SplitData, paths: EvalPaths, fp: fpr.Fingerpr
         "num_tours": len(records),
         "num_episodes": len(all_metrics),
         "partial": partial,
+        "instruction": str(split.instruction),
         **means,
         "tndtw": scores["tndtw"],
         "tndtw_variant": t.variant.value,
@@ -722,6 +755,8 @@ def manifest(cfg: DictConfig, split: SplitData, fp: fpr.Fingerprint, valid: bool
                     "tndtw_variant": t.variant.value, "tndtw_distance": t.distance.value, "dtw": "exact (symmetric1, numba)",
                     "distances": {"NE/SR/OS/SPL d0": "geodesic (simulator)", "TL/nDTW/SDTW/CLS": "euclidean 3D",
                                   "t-nDTW": t.distance.value}},
+        "instruction": {"setting": str(split.instruction), "seed": int(cfg.eval.instruction_seed),
+                        "episodes_changed": split.instructions_changed, "analysis_only": split.instruction.ablated},
         "seed": int(cfg.seed),
         "worker_seeds": [int(w["seed"]) for w in workers],  # in rank order under torchrun
         **({"worker_ranks": [int(w["rank"]) for w in workers]} if any("rank" in w for w in workers) else {}),
