@@ -369,6 +369,7 @@ def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchm
         return [f"data.root={tiny_benchmark}", f"results_dir={out}", "policy.name=tour_cma", "simulator.sensors=[rgb,depth]",
                 *SMALL, "train.trainer=tour_sequential", "train.use_tours=true", "train.batch_size=2", "train.epochs=1",
                 "env.oracle_phases=false", "train.tours=[0,1]", "train.official_lanes=false", "train.resume_every=1",
+                "train.num_envs=1",  # one worker to start per run (collection does not depend on K)
                 f"train.out_dir={out}", *[f"simulator.{s}.{d}=32" for s in ("rgb", "depth") for d in ("width", "height")]]
 
     torch.set_num_threads(1)

@@ -32,8 +32,10 @@ def _evaluate_into(tiny_benchmark: Path, results: Path) -> None:
     from ivln_ce.evaluation.evaluator import evaluate
     from ivln_ce.viz.video import EpisodeVideo
 
-    for agent in ("oracle", "random"):
-        evaluate(eval_cfg(tiny_benchmark, results, f"eval.agent={agent}", "mapping.save_images=true", *MAP_SENSORS))
+    # the random agent's episodes are cut at 30 actions and its oracle walks at 12 steps (teleports):
+    # the report needs its paths and maps, not hundreds of steps of wandering
+    for agent, cut in (("oracle", ()), ("random", ("env.max_agent_steps=30", "env.oracle_step_limit=12"))):
+        evaluate(eval_cfg(tiny_benchmark, results, f"eval.agent={agent}", "mapping.save_images=true", *MAP_SENSORS, *cut))
     paths = load_agent_paths(results / "dtw_data_ckpt_random_val_unseen.json")
     tour = min(paths, key=int)
     first, second = paths[tour].episode_ids[:2]
