@@ -234,8 +234,8 @@ class _Collector:
 def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
     """Run (or resume) an agent on a probe set; see the module docstring. ``scorer`` replaces the
     agent of ``eval.agent`` (tests); its ``name`` then enters the fingerprint."""
-    cfg, plan_sim = load_run_config(req)
     probe_set = read_probe_set(req.probes, req.skills, req.limit)
+    cfg, plan_sim = load_run_config(req)
     scenes_dir = Path(cfg.data.scenes_dir)
     for p in probe_set.probes:  # contain every scene path before any work starts
         contained_scene_path(scenes_dir, p.scene_id)
