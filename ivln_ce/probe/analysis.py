@@ -96,10 +96,21 @@ class Analysis:
     resamples: int = RESAMPLES
 
     def as_dict(self) -> dict[str, Any]:
-        return {"agent": self.agent, "level": self.level, "resamples": self.resamples,
-                "bootstrap_levels": ["scene", "source_episode", "probe"],
-                "scores": [asdict(r) for r in self.scores], "effects": [asdict(r) for r in self.effects],
-                "mixed_models": [asdict(r) for r in self.mixed]}
+        """JSON-ready: intervals that do not exist (fewer than two probes) are null, not NaN."""
+        return _finite({"agent": self.agent, "level": self.level, "resamples": self.resamples,
+                        "bootstrap_levels": ["scene", "source_episode", "probe"],
+                        "scores": [asdict(r) for r in self.scores], "effects": [asdict(r) for r in self.effects],
+                        "mixed_models": [asdict(r) for r in self.mixed]})
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
 
 
 # --------------------------------------------------------------------------- grouping

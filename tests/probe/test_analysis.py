@@ -98,3 +98,11 @@ def test_stop_contrasts_and_sectors_have_their_rows():
     assert score_rows == pytest.approx({r.skill: r.score for r in a.scores})
     assert "| stop | 90.00 [" in markdown([a]) and r"direction:left" in markdown([a])
     assert r"explicit - implicit" in latex([a]) and "one\\_step\\_ahead" in latex([a])
+
+
+def test_the_summary_is_strict_json():
+    import json
+
+    a = analyse(planted(0.2, scenes=1, sources=1, per=1), "one", resamples=100)
+    text = json.dumps(a.as_dict(), allow_nan=False)  # one probe: no interval, written as null
+    assert json.loads(text)["scores"][0]["low"] is None
