@@ -85,8 +85,10 @@ def test_resume_reuses_only_identical_inputs(probes, tiny_benchmark, tmp_path, c
     first = run(mine, tiny_benchmark, out, "eval.agent=uniform", limit=2)
     assert (first.computed, first.reused) == (4, 0)
     before = (out / "probe_results.json").read_bytes()
-    again = run(mine, tiny_benchmark, out, "eval.agent=uniform", limit=2)
-    assert (again.computed, again.reused) == (0, 4)
+    assert main(["probe", "run", "--probes", str(mine), "--out", str(out), "--data", str(tiny_benchmark), "--limit", "2",
+                 "eval.agent=uniform"]) == 0
+    printed = capsys.readouterr().out
+    assert "probe run (uniform): 4 probes; 0 computed, 4 reused" in printed and "stop                        2       25.00" in printed
     assert json.loads((out / "probe_results.json").read_bytes())["records"] == json.loads(before)["records"]
     # another agent, another teacher rule: nothing is reused
     assert run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2).reused == 0
@@ -105,6 +107,12 @@ def test_resume_reuses_only_identical_inputs(probes, tiny_benchmark, tmp_path, c
     # fewer probes: the others' records are removed
     fewer = run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=1, teacher=TeacherRule(waypoint_radius=0.3))
     assert (fewer.reused, fewer.removed) == (2, 2) and len(list((out / "records").iterdir())) == 2
+    # the tables of several runs (one agent each)
+    other_agent = tmp_path / "oracle"
+    run(mine, tiny_benchmark, other_agent, "eval.agent=probe_oracle", limit=1)
+    assert main(["probe", "tables", "--runs", str(out), str(other_agent), "--out", str(tmp_path / "t"), "--resamples", "200"]) == 0
+    md = (tmp_path / "t" / "probe_tables.md").read_text()
+    assert "| skill | forward_biased | probe_oracle |" in md and "| stop | 0.00 [" in md and "| 100.00 [" in md
 
 
 def test_bad_folders_are_refused(probes, tiny_benchmark, tmp_path, capsys):

@@ -66,6 +66,6 @@ def test_reference_agents_score_what_the_hand_says(probes, tiny_benchmark, tmp_p
     assert eff.effect == pytest.approx(np.mean(list(want_effect.values())), abs=1e-6)
     assert eff.low <= eff.effect <= eff.high
     for r in records:  # every reading was taken at p_j, facing the arrival heading
-        assert r["distance_to_point"] <= 0.25 + 1e-3 and r["heading_error_deg"] <= 7.5 + 1e-6
+        assert r["distance_to_point"] <= 0.25 + 1e-3 and (r["heading_error_deg"] or 0.0) <= 7.5 + 1e-6
     md = (tmp_path / agent / "probe_tables.md").read_text()
     assert f"| stop | {100 * want_stop:.2f} [" in md
