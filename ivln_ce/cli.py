@@ -349,6 +349,35 @@ def cmd_probe_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_run(args: argparse.Namespace) -> int:
+    from ivln_ce.probe.run import RunRequest, format_report, run_probes
+    from ivln_ce.probe.skills import parse_skills
+    from ivln_ce.probe.teacher import TeacherRule
+    from ivln_ce.rollout.worker import WorkerCrashed
+
+    if args.limit < 0:
+        raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    req = RunRequest(probes=Path(args.probes), out=Path(args.out), data=Path(args.data) if args.data else None,
+                     config=tuple(args.config or ()), overrides=tuple(args.overrides), skills=parse_skills(args.skills),
+                     limit=args.limit, teacher=TeacherRule(waypoint_radius=args.waypoint_radius))
+    try:
+        print(format_report(run_probes(req)))
+    except WorkerCrashed as exc:
+        print(f"ivln-ce probe run: {exc}\nFinished probes are kept in {args.out}; run the same command again to resume.",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_probe_tables(args: argparse.Namespace) -> int:
+    from ivln_ce.probe.results import tables_from_runs
+
+    files = tables_from_runs([Path(r) for r in args.runs], Path(args.out), resamples=args.resamples)
+    print(files["md"].read_text())
+    print("files: " + ", ".join(str(f) for f in files.values()))
+    return 0
+
+
 def cmd_train_rednet(args: argparse.Namespace) -> int:
     from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
 
@@ -650,6 +679,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="metres of straight free walk that make a direction sector free (default 1.0)")
     pb.add_argument("overrides", nargs="*", help="simulator.* / data.* overrides, e.g. simulator.backend=habitat")
     pb.set_defaults(func=cmd_probe_build)
+    prun = psub.add_parser("run", help="an agent's action distributions at the end of every probe's path, and statistics",
+                           description="Teacher-force an agent (eval.agent=policy with policy.*, or a reference agent: "
+                                       "probe_oracle, forward_biased, uniform) along every probe's truncated path and "
+                                       "record its action distribution at p_j in each condition; then Scores, "
+                                       "intervention effects with hierarchical-bootstrap intervals and mixed models. "
+                                       "Resumable: a rerun reuses every probe made from the same inputs.")
+    prun.add_argument("--probes", required=True, help="the --out folder of `ivln-ce probe build`")
+    prun.add_argument("--out", required=True, help="output folder (one per agent; a rerun resumes)")
+    prun.add_argument("--data", default=None, help="data root holding scene_datasets/ (default: the config's data.root)")
+    prun.add_argument("--config", action="append", help="YAML config (repeatable, applied in order), e.g. a recipe")
+    prun.add_argument("--skills", default="stop,direction", help="comma-separated: stop, direction (default both)")
+    prun.add_argument("--limit", type=int, default=0, help="only the first N probe ids of each skill (quick looks; 0 = all)")
+    prun.add_argument("--waypoint-radius", type=float, default=0.25,
+                      help="metres within which the teacher counts a point of the path as reached (default 0.25)")
+    prun.add_argument("overrides", nargs="*", help="config overrides, e.g. eval.agent=forward_biased, policy.checkpoint=...")
+    prun.set_defaults(func=cmd_probe_run)
+    ptab = psub.add_parser("tables", help="Score, effect and mixed-model tables of several `probe run` folders (one per agent)")
+    ptab.add_argument("--runs", nargs="+", required=True, help="output folders of `ivln-ce probe run`")
+    ptab.add_argument("--out", required=True, help="folder for probe_tables.md, .csv and .tex")
+    ptab.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    ptab.set_defaults(func=cmd_probe_tables)
 
     tr = sub.add_parser("train-rednet", help="train RedNet on frames rendered from synthetic houses (resumable)")
     tr.add_argument("--out", required=True, help="folder for cached frames, checkpoint.pt and report.json")

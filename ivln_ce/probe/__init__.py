@@ -1,5 +1,5 @@
 """Behavioural probes (seed 003, Yang et al., *Behavioral Analysis of VLN Agents*): skill-specific
-intervention episodes for continuous-environment agents.
+intervention episodes for continuous-environment agents, and what agents do on them.
 
 An aligned episode (``data/alignment.py``) is cut at a point p_j of its reference path; the
 instruction keeps the words that bring the agent there, and a templated skill sentence is
@@ -13,7 +13,20 @@ appended. Stage 1 builds stop and direction probes (``ivln-ce probe build``):
 - ``statistics.py``: what was kept and why the rest was rejected, per source and per split;
 - ``build.py``: the whole build over a split, with statistics per skill.
 
+Stage 2 runs an agent on them (``ivln-ce probe run``) and compares agents (``probe tables``):
+
+- ``probe_set.py``: a finished build folder, read and checked;
+- ``teacher.py``: the teacher's low-level actions along tau (the follower, point by point);
+- ``driver.py``: teacher forcing on the rollout engine, the reading at p_j;
+- ``grounding.py``: the actions that ground each skill, the one-step measure;
+- ``reference_agents.py``: probe_oracle, forward_biased, uniform (known answers);
+- ``policy_scorer.py``: a learned policy as the scorer (torch; imported only for one);
+- ``run_store.py``, ``run.py``: the resumable output folder and the run;
+- ``analysis.py``, ``tables.py``, ``results.py``: Scores, effects with hierarchical-bootstrap
+  intervals, mixed models (statsmodels); Markdown / CSV / LaTeX tables.
+
 Imports: ``config.py``, ``geometry.py``, ``fingerprint.py``, ``run_folder.py``, ``data/``,
-``sim/``, ``env/`` (the scene-path containment rule). Object and room probes, running agents on
-probes, scores and figures are later stages.
+``metrics/`` (the hierarchical bootstrap), ``sim/``, ``env/`` (the scene-path containment rule,
+``TourItem``), ``rollout/`` (the engine; ``policy_agent.py`` and ``observations.py`` only in
+``policy_scorer.py``). Object and room probes, rollout measures and figures are later stages.
 """

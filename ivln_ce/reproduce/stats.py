@@ -7,7 +7,7 @@ difficulty from the comparison. But tours of one house share its layout and are 
 independent, so a bootstrap over tours alone would be too narrow when houses differ. Each
 replicate therefore draws, with replacement, the training seeds (when there are several),
 then the houses within each drawn seed, then the tours within each drawn house, and takes the
-mean difference of the drawn tours. numpy only (no torch): ``scipy`` is the test oracle.
+mean difference of the drawn tours (``metrics/bootstrap.py``). numpy only (no torch): ``scipy`` is the test oracle.
 
 Values are on the paper's scale: t-nDTW and the tour means of SR, SPL and nDTW, x 100.
 """
@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
 from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
 
 #: the compared metrics: t-nDTW per tour, and the tour means of the per-episode metrics
@@ -198,74 +199,7 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
 
 # --------------------------------------------------------------------------- the bootstrap
 
-
-def _levels(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-    """Units grouped by ``keys`` (top level first): the order that sorts the units by group, and
-    per level each group's children as (start, size), into the next level's groups or, at
-    the last level, into the sorted units."""
-    n = len(keys[0])
-    order = np.lexsort([np.asarray(k) for k in keys][::-1])
-    change = np.zeros(n, dtype=bool)
-    change[0] = True
-    starts = []
-    for k in keys:
-        s = np.asarray(k)[order]
-        change[1:] |= s[1:] != s[:-1]
-        starts.append(np.flatnonzero(change))
-    children = []
-    for lv, st in enumerate(starts):
-        ends = np.append(st[1:], n)
-        if lv + 1 < len(starts):
-            nxt = starts[lv + 1]
-            first = np.searchsorted(nxt, st)
-            children.append((first, np.searchsorted(nxt, ends) - first))
-        else:
-            children.append((st, ends - st))
-    return order, children
-
-
-def hierarchical_bootstrap(values: np.ndarray, groups: Sequence[Sequence[Any]], resamples: int = 10_000,
-                           rng: np.random.Generator | int | None = 0, chunk: int = 4_000_000) -> np.ndarray:
-    """Bootstrap distribution of the mean of ``values`` (n,) or (n, k) over units nested in
-    ``groups`` (one label per unit and level, top level first, e.g. ``[seeds, houses]``).
-
-    A replicate draws, with replacement, as many top-level groups as there are, then within
-    each drawn group as many of its subgroups as it has, down to the units, and averages the
-    drawn units. With no levels it is the ordinary bootstrap of the units. Vectorised: each
-    level is one ``repeat`` and one draw over all replicates of a chunk (``chunk`` bounds the
-    drawn entries held at once). Returns (resamples,) or (resamples, k).
-    """
-    vals = np.asarray(values, dtype=np.float64)
-    one = vals.ndim == 1
-    vals = vals[:, None] if one else vals
-    n = vals.shape[0]
-    if n == 0:
-        raise ValueError("no units to bootstrap")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    keys = [np.unique(np.asarray(g), return_inverse=True)[1].reshape(-1) for g in groups]
-    if any(len(k) != n for k in keys):
-        raise ValueError(f"every level needs one label per unit ({n})")
-    keys.append(np.arange(n))  # the units themselves: the last level's groups are single units
-    order, children = _levels(keys)
-    vals = vals[order]
-    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    top = len(children[0][0])
-    per = max(1, chunk // (2 * n + top))
-    out = np.empty((resamples, vals.shape[1]))
-    for lo in range(0, resamples, per):
-        b = min(per, resamples - lo)
-        rep = np.repeat(np.arange(b), top)
-        node = gen.integers(0, top, size=b * top)
-        for first, size in children[:-1]:  # the last level maps each unit-group to its one unit
-            sz = size[node]
-            rep = np.repeat(rep, sz)
-            node = np.repeat(first[node], sz) + gen.integers(0, np.repeat(sz, sz))
-        unit = children[-1][0][node]
-        count = np.bincount(rep, minlength=b)
-        for j in range(vals.shape[1]):
-            out[lo:lo + b, j] = np.bincount(rep, weights=vals[unit, j], minlength=b) / count
-    return out[:, 0] if one else out
+# ``hierarchical_bootstrap`` lives in ``metrics/bootstrap.py`` (shared with ``probe/``); imported above.
 
 
 @dataclass(frozen=True)

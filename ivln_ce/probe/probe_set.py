@@ -1,0 +1,165 @@
+"""A finished ``probe build`` folder, read for ``probe run``: every probe with its episodes.
+
+Only the build's own files are read, and only from inside the folder: ``probe_build.json``
+must carry the build's format and ``complete``; each ``probes/{id}/`` must be a real folder
+(no link) whose ``probe.json`` names that same id and whose episodes are exactly the
+conditions it lists. Anything else is an error naming the file and the field, so a run never
+scores a half-built or foreign folder. Nothing read here becomes a path except through
+``contained_scene_path`` (the scene ids, checked by the caller).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ivln_ce.data.episodes import Episode, EpisodeFormatError, load_episodes
+from ivln_ce.data.jsonio import DataFormatError, read_json
+from ivln_ce.fingerprint import digest, file_digest
+from ivln_ce.probe.skills import CONDITIONS, INTERVENED, SECTOR_NAMES, SKILLS
+from ivln_ce.probe.store import FORMAT, MANIFEST, MAX_RECORD_BYTES, PROBE_EPISODES, PROBE_FILE, PROBES
+
+
+class ProbeSetError(ValueError):
+    """The folder is not a finished probe build; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class ProbeCase:
+    """One built probe: its metadata (``probe.json``) and its episodes by condition."""
+
+    probe_id: str
+    skill: str
+    meta: dict[str, Any]
+    episodes: dict[str, Episode]  # condition -> episode, in the skill's condition order
+    #: the build's fingerprint of the probe's inputs, and the digest of its episodes file
+    fingerprint: str
+
+    @property
+    def scene_id(self) -> str:
+        return self.meta["scene_id"]
+
+    @property
+    def source_episode(self) -> str:
+        return self.meta["source_episode"]
+
+    @property
+    def sector(self) -> str | None:
+        return self.meta.get("target_sector")
+
+    @property
+    def path_key(self) -> tuple[str, int]:
+        """Probes cut from the same source at the same point share tau (and so the teacher's actions)."""
+        return (self.source_episode, int(self.meta["point"]))
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    folder: Path
+    split: str
+    probes: list[ProbeCase]  # sorted by probe id
+    vocab_file: Path  # a gathered skill file: its instruction_vocab is the source's
+
+    @property
+    def fingerprint(self) -> str:
+        """The digest of every probe's inputs and episodes: equal folders give equal digests."""
+        return digest(sorted((p.probe_id, p.fingerprint) for p in self.probes))
+
+
+def _meta(path: Path, probe_id: str) -> dict[str, Any]:
+    if path.is_symlink() or not path.is_file():
+        raise ProbeSetError(f"{path}: missing (or a link); the probe folder {path.parent.name!r} is incomplete")
+    if path.stat().st_size > MAX_RECORD_BYTES:
+        raise ProbeSetError(f"{path}: larger than {MAX_RECORD_BYTES} bytes; not a probe.json of `probe build`")
+    try:
+        meta = read_json(path)
+    except DataFormatError as exc:
+        raise ProbeSetError(str(exc)) from None
+    if not isinstance(meta, dict):
+        raise ProbeSetError(f"{path}: expected an object, got {type(meta).__name__}")
+    if meta.get("probe_id") != probe_id:
+        raise ProbeSetError(f"{path}: field 'probe_id' is {meta.get('probe_id')!r}, but the folder is {probe_id!r}")
+    skill = meta.get("skill")
+    if skill not in SKILLS:
+        raise ProbeSetError(f"{path}: field 'skill' is {skill!r}; expected one of {SKILLS}")
+    conds = meta.get("conditions")
+    if not isinstance(conds, dict) or list(conds) != list(CONDITIONS[skill]):
+        raise ProbeSetError(f"{path}: field 'conditions' must map {list(CONDITIONS[skill])} to episode ids, got {conds!r}")
+    if meta.get("intervened_condition") != INTERVENED[skill]:
+        raise ProbeSetError(f"{path}: field 'intervened_condition' must be {INTERVENED[skill]!r}")
+    if skill != "stop" and meta.get("target_sector") not in SECTOR_NAMES:
+        raise ProbeSetError(f"{path}: field 'target_sector' is {meta.get('target_sector')!r}; expected one of {SECTOR_NAMES}")
+    for key, kind in (("scene_id", str), ("source_episode", str), ("point", int), ("fingerprint", str)):
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise ProbeSetError(f"{path}: field {key!r} must be a {kind.__name__}, got {meta.get(key)!r}")
+    free = meta.get("free_sectors")
+    if free is not None and not (isinstance(free, list) and set(free) <= set(SECTOR_NAMES)):
+        raise ProbeSetError(f"{path}: field 'free_sectors' must list sector names, got {free!r}")
+    return meta
+
+
+def read_probe(folder: Path, probe_id: str) -> ProbeCase:
+    meta = _meta(folder / PROBE_FILE, probe_id)
+    ep_file = folder / PROBE_EPISODES
+    if ep_file.is_symlink():
+        raise ProbeSetError(f"{ep_file}: a link; probe files are read only from inside the folder")
+    try:
+        eps = load_episodes(ep_file).episodes
+    except (OSError, EpisodeFormatError, DataFormatError) as exc:
+        raise ProbeSetError(f"{ep_file}: {exc}") from None
+    by_id = {e.episode_id: e for e in eps}
+    conds = meta["conditions"]
+    if sorted(by_id) != sorted(conds.values()) or len(eps) != len(conds):
+        raise ProbeSetError(f"{ep_file}: holds episodes {sorted(by_id)}, but {folder / PROBE_FILE} lists {sorted(conds.values())}")
+    episodes = {c: by_id[e] for c, e in conds.items()}
+    for c, e in episodes.items():
+        if e.scene_id != meta["scene_id"]:
+            raise ProbeSetError(f"{ep_file}: episode {e.episode_id} is in scene {e.scene_id!r}, the probe in {meta['scene_id']!r}")
+        if e.reference_path != episodes[CONDITIONS[meta["skill"]][0]].reference_path:
+            raise ProbeSetError(f"{ep_file}: the conditions' reference paths differ (condition {c!r}); a probe's episodes "
+                                "differ only in their instruction")
+    return ProbeCase(probe_id, meta["skill"], meta, episodes, digest([meta["fingerprint"], file_digest(ep_file)]))
+
+
+def read_probe_set(folder: str | Path, skills: tuple[str, ...] = SKILLS, limit: int = 0) -> ProbeSet:
+    """The probes of a finished build (``skills`` only; ``limit`` > 0: the first ``limit`` probe
+    ids of each skill, in sorted order, for quick looks)."""
+    root = Path(folder)
+    manifest = root / MANIFEST
+    if not root.is_dir():
+        raise ProbeSetError(f"{root}: not a folder; give --probes the --out folder of `ivln-ce probe build`")
+    try:
+        marker = read_json(manifest) if manifest.is_file() and not manifest.is_symlink() else None
+    except DataFormatError as exc:
+        raise ProbeSetError(str(exc)) from None
+    if not isinstance(marker, dict) or marker.get("format") != FORMAT:
+        raise ProbeSetError(f"{root}: no {MANIFEST} of `ivln-ce probe build` (format {FORMAT}); give --probes a probe build folder")
+    if marker.get("complete") is not True:
+        raise ProbeSetError(f"{manifest}: field 'complete' is not true: the build was interrupted; run the same "
+                            "`ivln-ce probe build` again to finish it")
+    built = marker.get("skills") or []
+    missing = [s for s in skills if s not in built]
+    if missing:
+        raise ProbeSetError(f"{manifest}: the build has skills {built}, not {missing}; choose from those (--skills)")
+    probes_dir = root / PROBES
+    names = sorted(d.name for d in probes_dir.iterdir()) if probes_dir.is_dir() else []
+    by_skill: dict[str, list[str]] = {s: [] for s in skills}
+    for name in names:
+        skill = name.split("-", 1)[0]
+        if skill in by_skill:
+            by_skill[skill].append(name)
+    chosen = sorted(n for s in skills for n in (by_skill[s][:limit] if limit > 0 else by_skill[s]))
+    probes = []
+    for name in chosen:
+        d = probes_dir / name
+        if d.is_symlink() or not d.is_dir():
+            raise ProbeSetError(f"{d}: not a probe folder (a file or a link)")
+        case = read_probe(d, name)
+        if case.skill not in skills:
+            raise ProbeSetError(f"{d / PROBE_FILE}: field 'skill' is {case.skill!r}, but the folder name says {name.split('-', 1)[0]!r}")
+        probes.append(case)
+    if not probes:
+        raise ProbeSetError(f"{probes_dir}: no probes of {list(skills)}")
+    vocab_file = root / "episodes" / f"{probes[0].skill}.json.gz"
+    return ProbeSet(root, str(marker.get("split")), probes, vocab_file)

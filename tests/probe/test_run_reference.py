@@ -1,0 +1,71 @@
+"""``probe run`` with the reference agents on built probes: their Scores and effects equal values
+computed by hand from each probe's metadata, so the probe pipeline is checked against known truth."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ivln_ce.probe.store import load_probe
+
+from tests.probe.runs import built_probes, run
+
+#: the forward-biased baseline by hand: 1 / (mean |relative heading| of the sector, degrees)
+WEIGHT = {"forward": 1 / 15, "left": 1 / 60, "back_left": 1 / 120, "backward": 1 / 165, "back_right": 1 / 120, "right": 1 / 60}
+#: the grounding actions' share of each sector's mass for a sector target: TURN_LEFT (2), TURN_RIGHT (3), MOVE_FORWARD (1)
+GROUNDS = {"forward": {"forward": 1.0}, "left": {"left": 1.0, "back_left": 1.0, "backward": 0.5},
+           "back_left": {"left": 1.0, "back_left": 1.0, "backward": 0.5}, "right": {"right": 1.0, "back_right": 1.0, "backward": 0.5},
+           "back_right": {"right": 1.0, "back_right": 1.0, "backward": 0.5},
+           "backward": {"left": 1.0, "back_left": 1.0, "backward": 1.0, "right": 1.0, "back_right": 1.0}}
+N_CORRECT = {"forward": 1, "left": 1, "back_left": 1, "backward": 2, "back_right": 1, "right": 1}
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory, tiny_benchmark):
+    return built_probes(tmp_path_factory, tiny_benchmark)
+
+
+def _forward_biased_mass(meta):
+    free = meta["free_sectors"]
+    total = sum(WEIGHT[s] for s in free)
+    return sum(WEIGHT[s] * GROUNDS[meta["target_sector"]].get(s, 0.0) for s in free) / total
+
+
+def _rows(report):
+    a = report.analysis
+    return {r.skill: r for r in a.scores}, {(r.skill, r.treated, r.baseline): r for r in a.effects}
+
+
+@pytest.mark.parametrize("agent", ["probe_oracle", "uniform", "forward_biased"])
+def test_reference_agents_score_what_the_hand_says(probes, tiny_benchmark, tmp_path, agent):
+    report = run(probes, tiny_benchmark, tmp_path / agent, f"eval.agent={agent}", "eval.num_envs=2", limit=6)
+    scores, effects = _rows(report)
+    records = json.loads((tmp_path / agent / "probe_results.json").read_text())["records"]
+    metas = {pid: load_probe(probes, pid) for pid in {r["probe_id"] for r in records}}
+    direction = [m for m in metas.values() if m["skill"] == "direction"]
+    stop = [m for m in metas.values() if m["skill"] == "stop"]
+    assert len(stop) == 6 and len(direction) == 6 and {m["target_sector"] for m in direction} == set(WEIGHT)
+    assert len(records) == 3 * 6 + 2 * 6 and not report.skipped
+    if agent == "probe_oracle":
+        want_stop, want_dir = 1.0, {m["probe_id"]: 1.0 for m in direction}
+        want_effect = {m["probe_id"]: 1.0 - N_CORRECT[m["target_sector"]] / 4 for m in direction}
+        assert effects[("stop", "explicit", "implicit")].effect == pytest.approx(0.75)
+        assert effects[("stop", "implicit", "one_step_ahead")].effect == pytest.approx(0.0)
+    elif agent == "uniform":
+        want_stop, want_dir = 0.25, {m["probe_id"]: N_CORRECT[m["target_sector"]] / 4 for m in direction}
+        want_effect = {m["probe_id"]: 0.0 for m in direction}
+    else:
+        want_stop, want_dir = 0.0, {m["probe_id"]: _forward_biased_mass(m) for m in direction}
+        want_effect = {m["probe_id"]: 0.0 for m in direction}
+        assert all(r["distribution"][0] == 0.0 for r in records)  # it never stops
+    assert scores["stop"].score == pytest.approx(want_stop, abs=1e-6)
+    assert scores["direction"].score == pytest.approx(np.mean(list(want_dir.values())), abs=1e-6)
+    for m in direction:
+        assert scores[f"direction:{m['target_sector']}"].score == pytest.approx(want_dir[m["probe_id"]], abs=1e-6)
+    eff = effects[("direction", "intervention", "no_intervention")]
+    assert eff.effect == pytest.approx(np.mean(list(want_effect.values())), abs=1e-6)
+    assert eff.low <= eff.effect <= eff.high
+    for r in records:  # every reading was taken at p_j, facing the arrival heading
+        assert r["distance_to_point"] <= 0.25 + 1e-3 and (r["heading_error_deg"] or 0.0) <= 7.5 + 1e-6
+    md = (tmp_path / agent / "probe_tables.md").read_text()
+    assert f"| stop | {100 * want_stop:.2f} [" in md
