@@ -78,6 +78,7 @@ def test_each_reading_is_filed_under_its_probe_and_condition(probes, tiny_benchm
         assert r["distribution"] == results[3][key]["distribution"] and r["position"] == results[3][key]["position"]
 
 
+@pytest.mark.slow  # several runs; the fast suite keeps probe build's resume test
 def test_resume_reuses_only_identical_inputs(probes, tiny_benchmark, tmp_path, capsys):
     mine = tmp_path / "probes"
     shutil.copytree(probes, mine)

@@ -359,6 +359,39 @@ class _Interrupted(Exception):
     pass
 
 
+def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_benchmark, tmp_path, monkeypatch):
+    """The fast suite's training step with resume: teacher forcing stopped right after its first
+    epoch's resume point, run again, ends with an uninterrupted run's weights and checkpoints
+    (the kill-at-every-phase variants are the slow kill-and-resume tests)."""
+    import ivln_ce.training.trainer as trainer
+
+    def args(out):
+        return latent(tiny_benchmark, out, "train.update_size=2", "train.epochs=3", "train.num_envs=1", f"train.out_dir={out}")
+
+    torch.set_num_threads(1)
+    full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
+    assert full["optimizer_steps"] == 3
+    real_save = trainer.save_resume
+
+    def save_then_stop(out, fingerprint, state, policy, opt, writer=None):
+        real_save(out, fingerprint, state, policy, opt, writer)
+        if state.epoch == 1:
+            raise _Interrupted
+
+    monkeypatch.setattr(trainer, "save_resume", save_then_stop)
+    with pytest.raises(_Interrupted):
+        train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    monkeypatch.setattr(trainer, "save_resume", real_save)
+    assert [p.name for p in (tmp_path / "cut").glob("ckpt.*.pth")] == ["ckpt.0.pth"]
+    resumed = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    assert resumed["resumed"] is True and resumed["optimizer_steps"] == 3 and resumed["episodes_collected"] == 2
+    a, names_a = _final_weights(tmp_path / "full")
+    b, names_b = _final_weights(tmp_path / "cut")
+    assert names_a == names_b == ["ckpt.0.pth", "ckpt.1.pth", "ckpt.2.pth"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
 def test_tour_sequential_resume_mid_epoch_carries_the_lane_states_on(tiny_benchmark, tmp_path, monkeypatch):
     """A tour-sequential run stopped right after a mid-epoch resume point and run again ends
     with the uninterrupted run's weights: the lanes' carried states come back with the resume
