@@ -734,7 +734,8 @@ def _evaluate_checkpoint(cfg: DictConfig, out: Path, index: int, writer) -> None
                                                                *protocol])
         summary = evaluate(ecfg, rank=0, world_size=1, show_progress=False)
         if writer is not None and summary is not None:
-            for metric in ("tndtw", "success", "spl", "ndtw", "oracle_success", "distance_to_goal", "path_length"):
+            # tndtw_paper: the variant a subset of tours (train.eval_tours) still has
+            for metric in ("tndtw", "tndtw_paper", "success", "spl", "ndtw", "oracle_success", "distance_to_goal", "path_length"):
                 v = summary.get(metric)
                 if v is not None and not (isinstance(v, float) and math.isnan(v)):
                     writer.add_scalar(f"eval_{split}_{metric}", float(v), index + 1)
