@@ -9,7 +9,8 @@ appended. Stage 1 builds stop and direction probes (``ivln-ce probe build``):
 - ``truncate.py``: where an aligned episode can be cut and which tokens are kept;
 - ``free_space.py``: free space around a point through the ``Simulator`` protocol;
 - ``compose.py``: the probe's episodes, one per condition;
-- ``store.py``: the output folder (one folder per probe id, resumable, atomic);
+- ``store.py``: the output folder (one folder per probe id, resumable, atomic); ``folders.py``:
+  what it shares with ``run_store.py`` (bounded JSON reads, claiming a folder, the manifest);
 - ``statistics.py``: what was kept and why the rest was rejected, per source and per split;
 - ``build.py``: the whole build over a split, with statistics per skill.
 

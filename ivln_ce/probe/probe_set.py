@@ -18,7 +18,8 @@ from ivln_ce.data.episodes import Episode, EpisodeFormatError, load_episodes
 from ivln_ce.data.jsonio import DataFormatError, read_json
 from ivln_ce.fingerprint import digest, file_digest
 from ivln_ce.probe.skills import CONDITIONS, INTERVENED, SECTOR_NAMES, SKILLS
-from ivln_ce.probe.store import FORMAT, MANIFEST, MAX_RECORD_BYTES, PROBE_EPISODES, PROBE_FILE, PROBES
+from ivln_ce.probe.folders import MAX_RECORD_BYTES
+from ivln_ce.probe.store import FORMAT, MANIFEST, PROBE_EPISODES, PROBE_FILE, PROBES
 
 
 class ProbeSetError(ValueError):

@@ -18,12 +18,12 @@ probes no longer in the probe set are deleted. The folder must be this command's
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 from typing import Any
 
-from ivln_ce.data.jsonio import DataFormatError, atomic_write_bytes, read_json, write_json
-from ivln_ce.run_folder import LOCK_FILE, foreign_entries
+from ivln_ce.data.jsonio import atomic_write_bytes, write_json
+from ivln_ce.probe.folders import claim_folder, read_small_json, remove_interrupted_writes, write_stamped_manifest
+from ivln_ce.run_folder import LOCK_FILE
 
 FORMAT = "ivln_ce.probe_run/1"
 RESULTS_FORMAT = "ivln_ce.probe_results/1"
@@ -32,7 +32,6 @@ RECORDS = "records"
 RESULTS = "probe_results.json"
 SUMMARY = "probe_summary.json"
 TABLES = "probe_tables"
-MAX_RECORD_BYTES = 1 << 20
 OUR_FILES = (MANIFEST, RECORDS, RESULTS, SUMMARY, f"{TABLES}.md", f"{TABLES}.csv", f"{TABLES}.tex", LOCK_FILE)
 
 
@@ -40,13 +39,7 @@ class RunStoreError(ValueError):
     """The output folder cannot be used (someone else's files)."""
 
 
-def _read_small(path: Path) -> Any:
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
-            return None
-        return read_json(path)
-    except (OSError, DataFormatError):
-        return None
+_read_small = read_small_json
 
 
 class RunStore:
@@ -56,27 +49,18 @@ class RunStore:
 
     def open(self, description: dict[str, Any]) -> None:
         """Claim the folder (refusing one that holds anything but this command's files)."""
-        marker = _read_small(self.out / MANIFEST)
-        if not isinstance(marker, dict) or marker.get("format") != FORMAT:
-            entries = foreign_entries(self.out, (LOCK_FILE,))
-            if entries:
-                raise RunStoreError(f"{self.out}: not a probe run folder (it holds {entries} and no readable {MANIFEST} of "
-                                    "this command); give --out an empty or new folder")
-        else:
+        if claim_folder(self.out, MANIFEST, FORMAT, "probe run", RunStoreError) is not None:
             extra = sorted(p.name for p in self.out.iterdir() if p.name not in OUR_FILES and not p.name.startswith("."))
             if extra:
                 raise RunStoreError(f"{self.out}: holds files that `probe run` did not write ({extra[:5]}); give --out a "
                                     "folder of its own")
         if self.records.is_symlink():
             raise RunStoreError(f"{self.records}: a link; records are written only inside the output folder")
-        for tmp in self.out.rglob(".*.tmp"):  # left by an interrupted atomic write
-            if tmp.is_file() and not tmp.is_symlink():
-                tmp.unlink()
+        remove_interrupted_writes(self.out)
         self.write_manifest({**description, "complete": False})
 
     def write_manifest(self, content: dict[str, Any]) -> None:
-        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        write_json(self.out / MANIFEST, {"format": FORMAT, **content, "written": stamp}, indent=2)
+        write_stamped_manifest(self.out / MANIFEST, FORMAT, content)
 
     def _file(self, probe_id: str) -> Path:
         return self.records / f"{probe_id}.json"  # probe ids are plain names (compose.probe_id)

@@ -20,17 +20,16 @@ own (``probe_build.json`` proves it).
 
 from __future__ import annotations
 
-import datetime
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ivln_ce.data.episodes import Episode, EpisodeDataset, EpisodeFormatError, load_episodes
-from ivln_ce.data.jsonio import DataFormatError, read_json, write_json
+from ivln_ce.data.jsonio import DataFormatError, write_json
 from ivln_ce.fingerprint import digest
 from ivln_ce.probe.compose import Probe
-from ivln_ce.run_folder import LOCK_FILE, foreign_entries
+from ivln_ce.probe.folders import claim_folder, read_small_json, remove_interrupted_writes, write_stamped_manifest
 
 FORMAT = "ivln_ce.probe_build/1"
 MANIFEST = "probe_build.json"
@@ -40,21 +39,13 @@ EPISODES = "episodes"
 WORK = "_work"
 PROBE_FILE = "probe.json"
 PROBE_EPISODES = "episodes.json.gz"
-#: a record or manifest larger than this is not one of ours
-MAX_RECORD_BYTES = 1 << 20
 
 
 class StoreError(ValueError):
     """The output folder cannot be used (someone else's files, another split)."""
 
 
-def _read_small(path: Path) -> Any:
-    try:
-        if path.is_symlink() or path.stat().st_size > MAX_RECORD_BYTES:
-            return None
-        return read_json(path)
-    except (OSError, DataFormatError):
-        return None
+_read_small = read_small_json
 
 
 class ProbeStore:
@@ -67,23 +58,15 @@ class ProbeStore:
     # ------------------------------------------------------------------ the folder
     def open(self, description: dict[str, Any]) -> None:
         """Claim the folder for this build (``description``: split, source file, skills)."""
-        marker = _read_small(self.out / MANIFEST)
-        if not isinstance(marker, dict) or marker.get("format") != FORMAT:
-            entries = foreign_entries(self.out, (LOCK_FILE,))
-            if entries:
-                raise StoreError(f"{self.out}: not a probe build folder (it holds {entries} and no readable {MANIFEST} "
-                                 f"of this command); give --out an empty or new folder")
-        elif marker.get("split") != self.split:
+        marker = claim_folder(self.out, MANIFEST, FORMAT, "probe build", StoreError)
+        if marker is not None and marker.get("split") != self.split:
             raise StoreError(f"{self.out}: holds the probes of split {marker.get('split')!r}, not {self.split!r}; "
                              f"give each split its own --out folder")
-        for tmp in self.out.rglob(".*.tmp"):  # left by an interrupted atomic write
-            if tmp.is_file() and not tmp.is_symlink():
-                tmp.unlink()
+        remove_interrupted_writes(self.out)
         self.write_manifest({**description, "complete": False})
 
     def write_manifest(self, content: dict[str, Any]) -> None:
-        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        write_json(self.out / MANIFEST, {"format": FORMAT, "split": self.split, **content, "written": stamp}, indent=2)
+        write_stamped_manifest(self.out / MANIFEST, FORMAT, {"split": self.split, **content})
 
     # ------------------------------------------------------------------ probes
     def probe_dir(self, probe_id: str) -> Path:
