@@ -336,6 +336,37 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+class TextStream:
+    """Text appended in pieces to ``path`` (gzip when the name ends in .gz); atomic on ``close``:
+    the streamed writers of large files (agent path logs, generated episode files) use it."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        fd, self._tmp = make_temp_beside(self.path)
+        self._raw: IO[bytes] = os.fdopen(fd, "wb")
+        self._out: IO[bytes] = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0) if is_gzip(self.path) else self._raw
+
+    def write(self, text: str) -> None:
+        self._out.write(text.encode("utf-8"))
+
+    def close(self) -> None:
+        if self._out is not self._raw:
+            self._out.close()
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            if self._out is not self._raw:
+                self._out.close()
+            self._raw.close()
+        finally:
+            if os.path.exists(self._tmp):
+                os.unlink(self._tmp)
+
+
 def dumps(obj: Any, indent: int | None = None) -> str:
     """JSON text with the standard library's default separators (as the official files)."""
     return json.dumps(obj, indent=indent)

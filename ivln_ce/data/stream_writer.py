@@ -9,43 +9,11 @@ without error (a hidden temporary beside it, then a rename).
 
 from __future__ import annotations
 
-import gzip
-import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ivln_ce.data.episodes import Episode, ReferenceTrajectory
-from ivln_ce.data.jsonio import dumps, is_gzip, make_temp_beside
-
-
-class TextStream:
-    """Text appended in pieces to ``path`` (gzip when the name ends in .gz); atomic on ``close``."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        fd, self._tmp = make_temp_beside(self.path)
-        self._raw: IO[bytes] = os.fdopen(fd, "wb")
-        self._out: IO[bytes] = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0) if is_gzip(self.path) else self._raw
-
-    def write(self, text: str) -> None:
-        self._out.write(text.encode("utf-8"))
-
-    def close(self) -> None:
-        if self._out is not self._raw:
-            self._out.close()
-        self._raw.flush()
-        os.fsync(self._raw.fileno())
-        self._raw.close()
-        os.replace(self._tmp, self.path)
-
-    def abort(self) -> None:
-        try:
-            if self._out is not self._raw:
-                self._out.close()
-            self._raw.close()
-        finally:
-            if os.path.exists(self._tmp):
-                os.unlink(self._tmp)
+from ivln_ce.data.jsonio import TextStream, dumps
 
 
 class _Streamed:

@@ -53,7 +53,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from itertools import chain, groupby
@@ -65,7 +64,7 @@ import ijson
 import numpy as np
 
 from ivln_ce.data import jsonio
-from ivln_ce.data.jsonio import INT_MAX, INT_MIN, DataFormatError, describe, make_temp_beside, open_binary, short_repr, write_json
+from ivln_ce.data.jsonio import INT_MAX, INT_MIN, DataFormatError, TextStream, describe, open_binary, short_repr, write_json
 
 try:  # the fast path; without it every file goes through the ijson fallback
     import orjson
@@ -771,8 +770,7 @@ class PathFileWriter:
     def __init__(self, path: str | Path, indent: int | None = 2):
         self.path = Path(path)
         self.indent = indent
-        fd, self._tmp = make_temp_beside(self.path)
-        self._fh = os.fdopen(fd, "w")
+        self._stream = TextStream(self.path)
         self._count = 0
 
     def add(self, tour_id: str, entries: list[dict] | TourPath) -> None:
@@ -780,23 +778,18 @@ class PathFileWriter:
             entries = entries.entries()
         sep = "," if self.indent is None else ",\n"
         head = "{" if self.indent is None else "{\n"
-        self._fh.write((sep if self._count else head) + _tour_chunk(str(tour_id), entries, self.indent))
+        self._stream.write((sep if self._count else head) + _tour_chunk(str(tour_id), entries, self.indent))
         self._count += 1
 
     def close(self) -> None:
         if self._count == 0:
-            self._fh.write("{}")
+            self._stream.write("{}")
         else:
-            self._fh.write("}" if self.indent is None else "\n}")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-        os.replace(self._tmp, self.path)
+            self._stream.write("}" if self.indent is None else "\n}")
+        self._stream.close()
 
     def abort(self) -> None:
-        self._fh.close()
-        if os.path.exists(self._tmp):
-            os.unlink(self._tmp)
+        self._stream.abort()
 
     def __enter__(self) -> "PathFileWriter":
         return self
