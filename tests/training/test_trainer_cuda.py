@@ -83,8 +83,11 @@ def test_a_training_step_on_cuda_equals_the_cpu_step(cuda_exact, name):
     gg = torch.cat([g.flatten() for g in grads_g])
     assert float(gc.norm()) > 0
     assert float((gc - gg).norm()) <= 1e-4 * float(gc.norm())
+    # per tensor: relative to its own gradient, with a float32 noise floor relative to the whole
+    # gradient (a bias feeding a BatchNorm has an analytically zero gradient: on the H200 its CPU
+    # value was 9e-6 of noise against 1e-8 on cuda, with a whole-gradient norm of 5.4)
     for a, b in zip(grads_c, grads_g):
-        assert float((a - b).norm()) <= 1e-3 * float(a.norm()) + 1e-6 * float(gc.norm())
+        assert float((a - b).norm()) <= 1e-3 * float(a.norm()) + 1e-5 * float(gc.norm())
     assert state_c.keys() == state_g.keys()
     moved = 0
     for k, a in state_c.items():
