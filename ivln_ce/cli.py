@@ -318,6 +318,29 @@ def cmd_data_r4r(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_perturb(args: argparse.Namespace) -> int:
+    from ivln_ce.benchmark.perturb import PerturbRequest, build_perturbed
+
+    bad = [o for o in args.overrides if not o.startswith("simulator.")]
+    if bad:
+        raise UsageError(f"only simulator.* overrides apply to data perturb, got {bad}")
+    if args.overrides and not args.scenes_dir:
+        raise UsageError("simulator.* overrides need --scenes-dir (without scenes no simulator runs)")
+    if args.detour_offset is not None and len(args.detour_offset) != 2:
+        raise UsageError("--detour-offset takes two numbers: MIN MAX (m)")
+    req = PerturbRequest(episodes=Path(args.episodes), out=Path(args.out), kinds=args.kinds, seed=args.seed,
+                         scenes_dir=Path(args.scenes_dir) if args.scenes_dir else None,
+                         other_path_threshold=args.other_path_threshold,
+                         detour_offset=tuple(args.detour_offset or (1.0, 2.0)), padded_length=args.padded_length,
+                         overrides=tuple(args.overrides))
+    result = build_perturbed(req)
+    print(result.table, end="")
+    refs = f", references {result.references} ({result.reused_references} reused, {result.walked_references} walked)" \
+        if result.references else " (no references: neither the input's nor a simulator's)"
+    print(f"{result.episodes}: {result.count} episodes{refs}; statistics {result.statistics_file}")
+    return 0
+
+
 def cmd_data_stats(args: argparse.Namespace) -> int:
     from ivln_ce.benchmark.tours import dataset_statistics, format_statistics
     from ivln_ce.data.episodes import load_episodes
@@ -657,6 +680,30 @@ def build_parser() -> argparse.ArgumentParser:
     dr4.add_argument("--out", required=True, help="episode file to write, e.g. .../r4r_val_unseen/r4r_val_unseen.json.gz")
     dr4.add_argument("overrides", nargs="*", help="simulator.* overrides, e.g. simulator.backend=habitat")
     dr4.set_defaults(func=cmd_data_r4r)
+    dpe = dsub.add_parser("perturb", help="instruction and trajectory perturbations of an episode file (hard negatives, seed 002)",
+                          description="Write perturbed copies of an episode file's episodes, each with a 'perturbation' "
+                                      "record (kind, source episode, what changed): instruction kinds change the text and "
+                                      "keep the path; trajectory kinds keep the text and change the path (they need "
+                                      "--scenes-dir). Also writes {stem}_gt.json.gz when every episode can have a "
+                                      "reference, and {stem}_stats.json (per-kind counts).")
+    dpe.add_argument("--episodes", required=True, help="R2R-VLN-CE episode file (.json or .json.gz)")
+    dpe.add_argument("--out", required=True, help="episode file to write (.json.gz or .json)")
+    dpe.add_argument("--kinds", default=None,
+                     help="comma-separated kinds: direction_swap, landmark_swap, room_swap, sentence_shuffle, sentence_drop, "
+                          "truncate, detour, partial_reversal, other_path (default: all; without --scenes-dir the "
+                          "instruction kinds)")
+    dpe.add_argument("--seed", type=int, default=0)
+    dpe.add_argument("--scenes-dir", "--scenes", dest="scenes_dir", default=None,
+                     help="scenes folder (scene_id is relative to it): scene categories and rooms for the swaps, the "
+                          "simulator for trajectory kinds and expert walks")
+    dpe.add_argument("--other-path-threshold", type=float, default=3.0,
+                     help="other_path: without a path of the same start, use the nearest start closer than this (m)")
+    dpe.add_argument("--detour-offset", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
+                     help="detour: distance of the waypoint from the replaced segment (m; default 1.0 2.0)")
+    dpe.add_argument("--padded-length", type=int, default=None,
+                     help="token list length (default: the input's, raised to fit the longest perturbed instruction)")
+    dpe.add_argument("overrides", nargs="*", help="simulator.* overrides, e.g. simulator.backend=habitat")
+    dpe.set_defaults(func=cmd_data_perturb)
     dst = dsub.add_parser("stats", help="Table-1 statistics of a split's tours and episodes")
     dst.add_argument("--episodes", required=True)
     dst.add_argument("--tours", required=True)

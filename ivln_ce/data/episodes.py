@@ -37,7 +37,10 @@ REQUIRED_KEYS = (
 #: the distance from the first path's end to the second's start and how it was measured
 R4R_KEYS = ("first_path_id", "second_path_id", "first_episode_id", "second_episode_id", "join_distance", "distance_type")
 R4R_DISTANCE_TYPES = ("geodesic", "euclidean")
-OPTIONAL_KEYS = ("tour_id", "start_room", "shortest_paths", ALIGNMENT_KEY, *R4R_KEYS)
+#: a perturbed episode's record (``data/perturb.py``): ``{kind, source_episode_id,
+#: source_trajectory_id, detail}``; the kind is any non-empty name, the detail any object
+PERTURBATION_KEY = "perturbation"
+OPTIONAL_KEYS = ("tour_id", "start_room", "shortest_paths", ALIGNMENT_KEY, *R4R_KEYS, PERTURBATION_KEY)
 #: how many problems an error message lists before summarising the rest
 MAX_LISTED_PROBLEMS = 20
 
@@ -266,6 +269,7 @@ class _Checker:
         instruction = raw["instruction"]
         text, tokens = self._instruction(where, instruction)
         self._r4r_fields(where, raw)
+        self._perturbation(where, raw)
         ref = raw["reference_path"]
         if not isinstance(ref, list) or not ref:
             self.add(where, "reference_path", f"expected a non-empty list of [x, y, z], got {_describe(ref)}")
@@ -311,6 +315,29 @@ class _Checker:
             self.add(where, "join_distance", f"expected a finite distance >= 0 (metres), got {_describe(raw['join_distance'])}")
         if "distance_type" in raw and raw["distance_type"] not in R4R_DISTANCE_TYPES:
             self.add(where, "distance_type", f"expected one of {list(R4R_DISTANCE_TYPES)}, got {_describe(raw['distance_type'])}")
+
+    def _perturbation(self, where: str, raw: dict) -> None:
+        if PERTURBATION_KEY not in raw:
+            return
+        rec = raw[PERTURBATION_KEY]
+        if not isinstance(rec, dict):
+            self.add(where, PERTURBATION_KEY, f"expected an object, got {_describe(rec)}")
+            return
+        kind = rec.get("kind")
+        if not isinstance(kind, str) or not kind:
+            self.add(where, f"{PERTURBATION_KEY}.kind", f"expected a non-empty name, got {_describe(kind)}")
+        for key in ("source_episode_id", "source_trajectory_id"):
+            if key not in rec:
+                self.add(where, f"{PERTURBATION_KEY}.{key}", "missing")
+            else:
+                p = _id_problem(rec[key])
+                if p:
+                    self.add(where, f"{PERTURBATION_KEY}.{key}", p)
+        if "detail" in rec and not isinstance(rec["detail"], dict):
+            self.add(where, f"{PERTURBATION_KEY}.detail", f"expected an object, got {_describe(rec['detail'])}")
+        extra = sorted(set(rec) - {"kind", "source_episode_id", "source_trajectory_id", "detail"})
+        if extra:
+            self.add(where, PERTURBATION_KEY, f"unexpected keys {extra}")
 
     def _goals(self, where: str, goals: Any) -> list[Goal]:
         if not isinstance(goals, list) or len(goals) != 1:
