@@ -99,7 +99,7 @@ def test_direction_probes_only_where_the_sector_is_free(wall_probes):
             assert p.sector in p.context.free and p.probe_id == probe_id("direction", "7", p.context.truncation.point, p.sector)
     sectors = tally.sectors
     assert (sectors["forward"].no_free_space, sectors["left"].no_free_space, sectors["back_left"].no_free_space) == (1, 1, 1)
-    assert tally.probes == {"stop": 2, "direction": 9}
+    assert tally.probes == {"stop": 2, "direction": 9, "object": 0, "room": 0}
 
 
 def test_no_direction_probe_with_fewer_than_two_other_free_sectors():
