@@ -381,8 +381,8 @@ def cmd_probe_run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
     req = RunRequest(probes=Path(args.probes), out=Path(args.out), data=Path(args.data) if args.data else None,
-                     config=tuple(args.config or ()), overrides=tuple(args.overrides), skills=parse_skills(args.skills),
-                     limit=args.limit, teacher=TeacherRule(waypoint_radius=args.waypoint_radius))
+                     config=tuple(args.config or ()), overrides=tuple(args.overrides),
+                     skills=parse_skills(args.skills) if args.skills else None, limit=args.limit, teacher=TeacherRule(waypoint_radius=args.waypoint_radius))
     try:
         print(format_report(run_probes(req)))
     except WorkerCrashed as exc:
@@ -713,15 +713,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("probe", help="behavioural probes: skill-specific intervention episodes (seed 003)")
     psub = pr.add_subparsers(dest="probe_command", required=True)
-    pb = psub.add_parser("build", help="stop and direction intervention episodes from aligned episodes (resumable)",
-                         description="Cut every aligned episode of a split at its aligned points and write stop and "
-                                     "direction intervention episodes (official episode layout) with their metadata. "
+    pb = psub.add_parser("build", help="stop, direction, object and room intervention episodes from aligned episodes (resumable)",
+                         description="Cut every aligned episode of a split at its aligned points and write stop, "
+                                     "direction, object- and room-seeking intervention episodes (official episode layout) "
+                                     "with their metadata. Object and room probes need the scene's semantic annotations "
+                                     "(the embedded houses have them). "
                                      "Needs episodes with instruction_alignment (the synthetic benchmark has it; the "
                                      "released R2R-VLN-CE files do not).")
     pb.add_argument("--data", required=True, help="data root (datasets/R2R_VLNCE_v1-3_preprocessed/{split}/, scene_datasets/)")
     pb.add_argument("--split", default="val_unseen")
     pb.add_argument("--out", required=True, help="output folder (one per split; a rerun resumes)")
-    pb.add_argument("--skills", default="stop,direction", help="comma-separated: stop, direction (default both)")
+    pb.add_argument("--skills", default="stop,direction,object,room",
+                    help="comma-separated: stop, direction, object, room (default all four)")
     pb.add_argument("--free-distance", type=float, default=1.0,
                     help="metres of straight free walk that make a direction sector free (default 1.0)")
     pb.add_argument("overrides", nargs="*", help="simulator.* / data.* overrides, e.g. simulator.backend=habitat")
@@ -736,7 +739,8 @@ def build_parser() -> argparse.ArgumentParser:
     prun.add_argument("--out", required=True, help="output folder (one per agent; a rerun resumes)")
     prun.add_argument("--data", default=None, help="data root holding scene_datasets/ (default: the config's data.root)")
     prun.add_argument("--config", action="append", help="YAML config (repeatable, applied in order), e.g. a recipe")
-    prun.add_argument("--skills", default="stop,direction", help="comma-separated: stop, direction (default both)")
+    prun.add_argument("--skills", default="",
+                      help="comma-separated: stop, direction, object, room (default: every skill of the build)")
     prun.add_argument("--limit", type=int, default=0, help="only the first N probe ids of each skill (quick looks; 0 = all)")
     prun.add_argument("--waypoint-radius", type=float, default=0.25,
                       help="metres within which the teacher counts a point of the path as reached (default 0.25)")

@@ -3,11 +3,15 @@ intervention episodes for continuous-environment agents, and what agents do on t
 
 An aligned episode (``data/alignment.py``) is cut at a point p_j of its reference path; the
 instruction keeps the words that bring the agent there, and a templated skill sentence is
-appended. Stage 1 builds stop and direction probes (``ivln-ce probe build``):
+appended. Stage 1 builds stop, direction, object and room probes (``ivln-ce probe build``):
 
-- ``skills.py``: skills, conditions, templates, the six direction sectors;
+- ``skills.py``: skills, conditions, templates, the six direction sectors, room variants;
 - ``truncate.py``: where an aligned episode can be cut and which tokens are kept;
 - ``free_space.py``: free space around a point through the ``Simulator`` protocol;
+- ``semantics.py``: a scene's object categories and room regions (embedded houses);
+- ``objects.py``: objects visible in the semantic frames at p_j;
+- ``rooms.py``: the nearest region of each other room type, d_geo, hops, the first action;
+- ``targets.py``: the object and room targets of a cut point (with their filters);
 - ``compose.py``: the probe's episodes, one per condition;
 - ``store.py``: the output folder (one folder per probe id, resumable, atomic); ``folders.py``:
   what it shares with ``run_store.py`` (bounded JSON reads, claiming a folder, the manifest);
@@ -29,5 +33,6 @@ Stage 2 runs an agent on them (``ivln-ce probe run``) and compares agents (``pro
 Imports: ``config.py``, ``geometry.py``, ``fingerprint.py``, ``run_folder.py``, ``data/``,
 ``metrics/`` (the hierarchical bootstrap), ``sim/``, ``env/`` (the scene-path containment rule,
 ``TourItem``), ``rollout/`` (the engine; ``policy_agent.py`` and ``observations.py`` only in
-``policy_scorer.py``). Object and room probes, rollout measures and figures are later stages.
+``policy_scorer.py``). Rollout measures (the room probes' delta d), habitat-sim's semantic scene
+and figures are later stages.
 """

@@ -3,8 +3,9 @@
 From the records of ``probe run`` (one per probe and condition, with the mass the agent put on
 the grounding actions, ``grounding.py``):
 
-* **Score** (Eq. 1): the mean grounding mass under the intervened condition, per skill (and per
-  direction sector), with a 95 % hierarchical-bootstrap interval.
+* **Score** (Eq. 1): the mean grounding mass under the intervened condition, per skill and per
+  variant of a skill (``skills.VARIANTS``: direction sectors, room 1-hop / k-hop), with a 95 %
+  hierarchical-bootstrap interval.
 * **Intervention effect**: per probe the intervened minus the baseline condition's mass (the
   conditions differ only in the instruction, so the pair is matched), averaged; the interval is
   a percentile interval of the hierarchical bootstrap (``metrics/bootstrap.py``) that resamples
@@ -31,12 +32,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
-from ivln_ce.probe.skills import DIRECTION, INTERVENED, SECTOR_NAMES, STOP
+from ivln_ce.probe.skills import CONDITIONS, DIRECTION, INTERVENED, SKILLS, STOP, VARIANTS
 
 #: (treated, baseline) condition pairs per skill; the first is the skill's intervention effect
 CONTRASTS: dict[str, tuple[tuple[str, str], ...]] = {
     STOP: (("explicit", "implicit"), ("implicit", "one_step_ahead"), ("explicit", "one_step_ahead")),
-    DIRECTION: (("intervention", "no_intervention"),),
+    **{s: ((INTERVENED[s], CONDITIONS[s][0]),) for s in SKILLS if s != STOP},
 }
 LEVEL = 0.95
 RESAMPLES = 10_000
@@ -45,7 +46,7 @@ RESAMPLES = 10_000
 @dataclass(frozen=True)
 class ScoreRow:
     agent: str
-    skill: str  # "stop", "direction" or "direction:{sector}"
+    skill: str  # "stop", "direction", "direction:{sector}", "object", "room", "room:{1_hop|k_hop}"
     probes: int
     score: float
     low: float
@@ -123,10 +124,15 @@ class _Probe:
     mass: dict[str, float]  # condition -> grounding mass
 
 
-def _by_probe(records: Sequence[dict], skill: str, sector: str | None) -> dict[str, _Probe]:
+def _variant(r: dict) -> str | None:
+    """A record's variant (records written before variants existed: a direction's sector)."""
+    return r["variant"] if "variant" in r else (r.get("target_sector") if r["skill"] == DIRECTION else None)
+
+
+def _by_probe(records: Sequence[dict], skill: str, variant: str | None) -> dict[str, _Probe]:
     out: dict[str, _Probe] = {}
     for r in records:
-        if r["skill"] != skill or (sector is not None and r.get("target_sector") != sector):
+        if r["skill"] != skill or (variant is not None and _variant(r) != variant):
             continue
         p = out.setdefault(r["probe_id"], _Probe(r["scene_id"], f"{r['scene_id']}|{r['source_episode']}", {}))
         if r["condition"] in p.mass:
@@ -146,14 +152,14 @@ def _interval(values: np.ndarray, probes: list[_Probe], resamples: int, seed: in
 
 
 def _subsets(records: Sequence[dict]) -> list[tuple[str, str, str | None]]:
-    """(row name, skill, sector) for every skill present, direction also per sector."""
-    skills = sorted({r["skill"] for r in records}, key=lambda s: (s != STOP, s))
+    """(row name, skill, variant) for every skill present (in ``SKILLS`` order), each also per
+    variant present (``skills.VARIANTS``)."""
+    present = {r["skill"] for r in records}
     out = []
-    for s in skills:
+    for s in (s for s in SKILLS if s in present):
         out.append((s, s, None))
-        if s == DIRECTION:
-            present = {r.get("target_sector") for r in records if r["skill"] == s}
-            out += [(f"{s}:{sec}", s, sec) for sec in SECTOR_NAMES if sec in present]
+        seen = {_variant(r) for r in records if r["skill"] == s}
+        out += [(f"{s}:{v}", s, v) for v in VARIANTS[s] if v in seen]
     return out
 
 
@@ -224,8 +230,8 @@ def mixed_model(agent: str, skill: str, probes: list[_Probe], treated: str, base
 def analyse(records: Sequence[dict], agent: str, resamples: int = RESAMPLES, seed: int = 0) -> Analysis:
     """Scores, effects and mixed models of one agent's records (``probe_results.json``)."""
     scores, effects, mixed = [], [], []
-    for k, (name, skill, sector) in enumerate(_subsets(records)):
-        probes = _by_probe(records, skill, sector)
+    for k, (name, skill, variant) in enumerate(_subsets(records)):
+        probes = _by_probe(records, skill, variant)
         ids = sorted(probes)
         plist = [probes[i] for i in ids]
         intervened = [p for p in plist if INTERVENED[skill] in p.mass]

@@ -18,7 +18,10 @@ from ivln_ce.data.alignment import InstructionAlignment
 from ivln_ce.data.episodes import Episode, Goal
 from ivln_ce.data.vocab import PAD_INDEX, Vocabulary, split_words, text_prefix
 from ivln_ce.fingerprint import digest
-from ivln_ce.probe.skills import CONDITIONS, DIRECTION, INTERVENED, SECTOR_BY_NAME, STOP, stop_template
+from ivln_ce.probe.objects import ObjectTarget
+from ivln_ce.probe.rooms import RoomTarget
+from ivln_ce.probe.skills import (CONDITIONS, DIRECTION, INTERVENED, OBJECT, ROOM, SECTOR_BY_NAME, STOP, stop_template,
+                                  towards_template)
 from ivln_ce.probe.truncate import Truncation
 
 #: episode ids that can be written into probe ids (and so into folder names) as they are
@@ -60,6 +63,15 @@ class Probe:
     intervention_tokens: tuple[int, int]
     #: condition -> its episode
     episodes: dict[str, Episode] = field(default_factory=dict)
+    #: the object or room an object / room probe names
+    target: ObjectTarget | RoomTarget | None = None
+
+    @property
+    def variant(self) -> str | None:
+        """The subset the statistics also report the probe in: its sector, its room probe's hop variant."""
+        if self.skill == DIRECTION:
+            return self.sector
+        return self.target.variant if isinstance(self.target, RoomTarget) else None
 
     def metadata(self) -> dict[str, Any]:
         """The probe's ``probe.json`` (without the build fingerprint)."""
@@ -79,6 +91,9 @@ class Probe:
             "intervention_text": self.intervention_text,
             "intervention_tokens": list(self.intervention_tokens),
             "target_sector": self.sector,
+            "variant": self.variant,
+            "target_object": self.target.to_json() if isinstance(self.target, ObjectTarget) else None,
+            "target_room": self.target.to_json() if isinstance(self.target, RoomTarget) else None,
             "heading": self.context.heading,
             "free_sectors": list(self.context.free) if self.context.free is not None else None,
             "geodesic_distance": self.context.geodesic,
@@ -90,9 +105,11 @@ def episode_key(episode_id: str) -> str:
     return f"e{episode_id}" if _SAFE_ID.fullmatch(episode_id) else f"h{digest(episode_id)[:16]}"
 
 
-def probe_id(skill: str, episode_id: str, point: int, sector: str | None = None) -> str:
-    """``stop-e61-p2``, ``direction-e61-p2-back_left``: stable across reruns, unique per split."""
-    return f"{skill}-{episode_key(episode_id)}-p{point}" + (f"-{sector}" if sector else "")
+def probe_id(skill: str, episode_id: str, point: int, suffix: str | None = None) -> str:
+    """``stop-e61-p2``, ``direction-e61-p2-back_left``, ``object-e61-p2-sofa``,
+    ``room-e61-p2-dining_room``: stable across reruns, unique per split. ``suffix`` is a sector
+    or a plain name (``skills.plain_name``: lower-case words), its spaces written as ``_``."""
+    return f"{skill}-{episode_key(episode_id)}-p{point}" + (f"-{suffix.replace(' ', '_')}" if suffix else "")
 
 
 def _joined(prefix: str, addition: str) -> str:
@@ -148,16 +165,25 @@ class Composer:
             raise ProbeSkip("tokenisation", f"episode {self.source.episode_id!r}: the {what} instruction's first {n} "
                                             f"tokens differ from the source's")
 
-    def probe(self, skill: str, ctx: PointContext, sector: str | None = None) -> Probe:
-        """The probe of ``skill`` at ``ctx``'s point (a direction probe needs ``sector``)."""
+    def probe(self, skill: str, ctx: PointContext, sector: str | None = None,
+              target: ObjectTarget | RoomTarget | None = None) -> Probe:
+        """The probe of ``skill`` at ``ctx``'s point (a direction probe needs ``sector``, an
+        object probe an ``ObjectTarget``, a room probe a ``RoomTarget``)."""
         cut = ctx.truncation
-        pid = probe_id(skill, self.source.episode_id, cut.point, sector)
         if skill == STOP:
+            pid = probe_id(skill, self.source.episode_id, cut.point)
             addition = stop_template(pid)
         elif skill == DIRECTION:
+            pid = probe_id(skill, self.source.episode_id, cut.point, sector)
             addition = SECTOR_BY_NAME[sector].template
+        elif skill == OBJECT and isinstance(target, ObjectTarget):
+            pid = probe_id(skill, self.source.episode_id, cut.point, target.category)
+            addition = towards_template(target.category)
+        elif skill == ROOM and isinstance(target, RoomTarget):
+            pid = probe_id(skill, self.source.episode_id, cut.point, target.room_type)
+            addition = towards_template(target.room_type)
         else:
-            raise ValueError(f"unknown skill {skill!r}")
+            raise ValueError(f"unknown skill {skill!r}, or a {skill} probe without its target")
         prefix = self._prefix(cut.prefix_tokens)
         base = _tokens(prefix, self.vocab, self.padded, "truncated")
         self._check_kept(base, cut.prefix_tokens, "truncated")
@@ -176,7 +202,7 @@ class Composer:
             ahead_ids = _tokens(ahead, self.vocab, self.padded, "one-step-ahead")
             self._check_kept(ahead_ids, cut.next_tokens, "one-step-ahead")
             texts["one_step_ahead"] = (ahead, ahead_ids)
-        out = Probe(pid, skill, self.source, ctx, sector, addition, span)
+        out = Probe(pid, skill, self.source, ctx, sector, addition, span, target=target)
         for condition in CONDITIONS[skill]:
             t, ids = texts[condition]
             out.episodes[condition] = self._episode(pid, condition, ctx, t, ids)

@@ -17,7 +17,8 @@ from typing import Any
 from ivln_ce.data.episodes import Episode, EpisodeFormatError, load_episodes
 from ivln_ce.data.jsonio import DataFormatError, read_json
 from ivln_ce.fingerprint import digest, file_digest
-from ivln_ce.probe.skills import CONDITIONS, INTERVENED, SECTOR_NAMES, SKILLS
+from ivln_ce.probe.grounding import TARGET_FIELD, probe_actions
+from ivln_ce.probe.skills import CONDITIONS, DIRECTION, INTERVENED, SECTOR_NAMES, SKILLS, VARIANTS
 from ivln_ce.probe.folders import MAX_RECORD_BYTES
 from ivln_ce.probe.store import FORMAT, MANIFEST, PROBE_EPISODES, PROBE_FILE, PROBES
 
@@ -50,6 +51,11 @@ class ProbeCase:
         return self.meta.get("target_sector")
 
     @property
+    def variant(self) -> str | None:
+        """The subset of the skill's statistics the probe is also in (direction: its sector)."""
+        return self.meta.get("variant", self.sector if self.skill == DIRECTION else None)
+
+    @property
     def path_key(self) -> tuple[str, int]:
         """Probes cut from the same source at the same point share tau (and so the teacher's actions)."""
         return (self.source_episode, int(self.meta["point"]))
@@ -61,6 +67,7 @@ class ProbeSet:
     split: str
     probes: list[ProbeCase]  # sorted by probe id
     vocab_file: Path  # a gathered skill file: its instruction_vocab is the source's
+    skills: tuple[str, ...] = SKILLS  # the skills read
 
     @property
     def fingerprint(self) -> str:
@@ -89,8 +96,22 @@ def _meta(path: Path, probe_id: str) -> dict[str, Any]:
         raise ProbeSetError(f"{path}: field 'conditions' must map {list(CONDITIONS[skill])} to episode ids, got {conds!r}")
     if meta.get("intervened_condition") != INTERVENED[skill]:
         raise ProbeSetError(f"{path}: field 'intervened_condition' must be {INTERVENED[skill]!r}")
-    if skill != "stop" and meta.get("target_sector") not in SECTOR_NAMES:
+    if skill == DIRECTION and meta.get("target_sector") not in SECTOR_NAMES:
         raise ProbeSetError(f"{path}: field 'target_sector' is {meta.get('target_sector')!r}; expected one of {SECTOR_NAMES}")
+    if skill in TARGET_FIELD:
+        target = meta.get(TARGET_FIELD[skill])
+        if not isinstance(target, dict):
+            raise ProbeSetError(f"{path}: field {TARGET_FIELD[skill]!r} must be an object, got {target!r}")
+        name_key = "category" if skill == "object" else "room_type"
+        if not isinstance(target.get(name_key), str):
+            raise ProbeSetError(f"{path}: field '{TARGET_FIELD[skill]}.{name_key}' must be a string, got {target.get(name_key)!r}")
+    variant = meta.get("variant", meta.get("target_sector") if skill == DIRECTION else None)
+    if (variant is not None or VARIANTS[skill]) and variant not in VARIANTS[skill]:
+        raise ProbeSetError(f"{path}: field 'variant' is {variant!r}; a {skill} probe's is one of {list(VARIANTS[skill]) or [None]}")
+    try:
+        probe_actions(meta)
+    except (ValueError, TypeError) as exc:
+        raise ProbeSetError(f"{path}: no grounding actions: {exc}") from None
     for key, kind in (("scene_id", str), ("source_episode", str), ("point", int), ("fingerprint", str)):
         if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
             raise ProbeSetError(f"{path}: field {key!r} must be a {kind.__name__}, got {meta.get(key)!r}")
@@ -123,9 +144,9 @@ def read_probe(folder: Path, probe_id: str) -> ProbeCase:
     return ProbeCase(probe_id, meta["skill"], meta, episodes, digest([meta["fingerprint"], file_digest(ep_file)]))
 
 
-def read_probe_set(folder: str | Path, skills: tuple[str, ...] = SKILLS, limit: int = 0) -> ProbeSet:
-    """The probes of a finished build (``skills`` only; ``limit`` > 0: the first ``limit`` probe
-    ids of each skill, in sorted order, for quick looks)."""
+def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, limit: int = 0) -> ProbeSet:
+    """The probes of a finished build (``skills`` only, None: every skill the build has; ``limit``
+    > 0: the first ``limit`` probe ids of each skill, in sorted order, for quick looks)."""
     root = Path(folder)
     manifest = root / MANIFEST
     if not root.is_dir():
@@ -140,6 +161,8 @@ def read_probe_set(folder: str | Path, skills: tuple[str, ...] = SKILLS, limit: 
         raise ProbeSetError(f"{manifest}: field 'complete' is not true: the build was interrupted; run the same "
                             "`ivln-ce probe build` again to finish it")
     built = marker.get("skills") or []
+    if skills is None:
+        skills = tuple(s for s in SKILLS if s in built)
     missing = [s for s in skills if s not in built]
     if missing:
         raise ProbeSetError(f"{manifest}: the build has skills {built}, not {missing}; choose from those (--skills)")
@@ -163,4 +186,4 @@ def read_probe_set(folder: str | Path, skills: tuple[str, ...] = SKILLS, limit: 
     if not probes:
         raise ProbeSetError(f"{probes_dir}: no probes of {list(skills)}")
     vocab_file = root / "episodes" / f"{probes[0].skill}.json.gz"
-    return ProbeSet(root, str(marker.get("split")), probes, vocab_file)
+    return ProbeSet(root, str(marker.get("split")), probes, vocab_file, tuple(skills))

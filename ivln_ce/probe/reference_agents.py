@@ -6,7 +6,9 @@ driver, same records) and give, at every observation, a distribution over the fo
 * ``probe_oracle`` reads the instruction it observes: when it ends with the probe's
   intervention (the tokens of I_int at their span, nothing after), all mass goes to the
   grounding actions (``grounding.py``; split evenly when there are two), else the mass is
-  uniform. Its Score (Eq. 1) is 1 on every skill; its intervention effect is 1 - |C| / 4.
+  uniform. Its Score (Eq. 1) is 1 on every skill (object and room included: the grounding
+  actions come from the probe's target, ``grounding.probe_actions``); its intervention effect
+  is 1 - |C| / 4.
 * ``forward_biased``: the seed paper's baseline, which "places probability on neighbours
   inversely proportional to their relative heading". A continuous environment has no neighbour
   nodes; the probe build's free sectors at p_j (``free_space.py``) stand for them. Each free
@@ -16,6 +18,7 @@ driver, same records) and give, at every observation, a distribution over the fo
   the sector mean is used for every sector alike). The weights are normalised over the free
   sectors and each sector's mass goes to the actions that begin a move into it (backward: half
   to each turn). STOP gets nothing; the instruction is ignored, so every effect is exactly 0.
+  Object and room probes carry the same free sectors, so it is defined on every skill.
 * ``uniform``: 1/4 on every action; its Score is |C| / 4 (stop 0.25, backward 0.5).
 """
 
@@ -26,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ivln_ce.data.vocab import PAD_INDEX
-from ivln_ce.probe.grounding import N_ACTIONS, SECTOR_ACTIONS, correct_actions
+from ivln_ce.probe.grounding import N_ACTIONS, SECTOR_ACTIONS, probe_actions
 from ivln_ce.probe.probe_set import ProbeCase
 from ivln_ce.probe.skills import SECTORS, SECTOR_WIDTH_DEG
 from ivln_ce.rollout.streams import StreamView
@@ -78,7 +81,7 @@ def oracle_distribution(probe: ProbeCase, instruction: np.ndarray) -> np.ndarray
     if not reads:
         return np.full(N_ACTIONS, 1.0 / N_ACTIONS)
     out = np.zeros(N_ACTIONS)
-    acts = correct_actions(probe.skill, probe.sector)
+    acts = probe_actions(meta)
     out[list(acts)] = 1.0 / len(acts)
     return out
 

@@ -34,11 +34,11 @@ from ivln_ce.env.tour_env import TourItem, contained_scene_path
 from ivln_ce.fingerprint import code_digest, data_files, digest, fingerprint_config
 from ivln_ce.probe.analysis import RESAMPLES, Analysis, analyse
 from ivln_ce.probe.driver import ProbeDriver, Reading, Scorer
-from ivln_ce.probe.grounding import correct_actions, correct_mass
+from ivln_ce.probe.grounding import correct_mass, probe_actions
 from ivln_ce.probe.probe_set import ProbeCase, ProbeSet, read_probe_set
 from ivln_ce.probe.reference_agents import REFERENCE_AGENTS, ReferenceScorer
 from ivln_ce.probe.run_store import RESULTS, RESULTS_FORMAT, SUMMARY, TABLES, RunStore
-from ivln_ce.probe.skills import INTERVENED, SKILLS
+from ivln_ce.probe.skills import INTERVENED
 from ivln_ce.probe.tables import csv_text, latex, markdown
 from ivln_ce.probe.teacher import TeacherError, TeacherPlan, TeacherRule, heading_error_deg, plan_teacher
 from ivln_ce.rollout.cpus import usable_cpus
@@ -58,7 +58,7 @@ class RunRequest:
     data: Path | None = None  # data root (scene_datasets/); default: the config's data.root
     config: tuple[str, ...] = ()  # config files, in order
     overrides: tuple[str, ...] = ()
-    skills: tuple[str, ...] = SKILLS
+    skills: tuple[str, ...] | None = None  # None: every skill of the build
     limit: int = 0  # > 0: the first `limit` probe ids of each skill
     teacher: TeacherRule = TeacherRule()
     resamples: int = RESAMPLES
@@ -183,7 +183,7 @@ def plan_all(sim_cfg, probes: Sequence[ProbeCase], scenes_dir: Path, rule: Teach
 
 def condition_record(probe: ProbeCase, condition: str, reading: Reading) -> dict[str, Any]:
     """One line of ``probe_results.json``: where the reading comes from, the distribution, the measure."""
-    acts = correct_actions(probe.skill, probe.sector)
+    acts = probe_actions(probe.meta)
     m = probe.meta
     target = np.asarray(probe.episodes[condition].reference_path[-1], dtype=np.float64)
     herr = heading_error_deg(reading.heading, m.get("heading"))
@@ -194,6 +194,7 @@ def condition_record(probe: ProbeCase, condition: str, reading: Reading) -> dict
         "skill": probe.skill,
         "intervened": condition == INTERVENED[probe.skill],
         "target_sector": probe.sector,
+        "variant": probe.variant,
         "scene_id": probe.scene_id,
         "source_episode": probe.source_episode,
         "point": int(m["point"]),
@@ -246,7 +247,7 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
     report = RunReport(Path(req.out), agent, len(probe_set.probes))
     description = {"agent": agent, "eval_agent": cfg.eval.agent, "probes_folder": str(probe_set.folder),
                    "split": probe_set.split, "probe_set": probe_set.fingerprint, "fingerprint": core,
-                   "skills": list(req.skills), "limit": req.limit, "teacher": asdict(req.teacher), "config": resolved(cfg)}
+                   "skills": list(probe_set.skills), "limit": req.limit, "teacher": asdict(req.teacher), "config": resolved(cfg)}
     with hold(req.out, "probe run"):
         store.open(description)
         done: dict[str, dict] = {}

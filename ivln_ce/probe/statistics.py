@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from ivln_ce.data.vocab import Vocabulary, split_words
-from ivln_ce.probe.skills import CONDITIONS, DIRECTION, SECTOR_BY_NAME, SECTOR_NAMES, SKILLS, STOP, STOP_TEMPLATES
+from ivln_ce.probe.skills import (CONDITIONS, DIRECTION, OBJECT, ROOM, ROOM_VARIANTS, SECTOR_BY_NAME, SECTOR_NAMES, SKILLS, STOP,
+                                  STOP_TEMPLATES)
 
 
 @dataclass
@@ -75,8 +76,9 @@ class Tally:
 
 
 def statistics(split: str, episodes_file: str, episodes: int, aligned: int, skills: tuple[str, ...],
-               tallies: Iterable[Tally], probes: list[dict[str, Any]], vocab: Vocabulary, rule: dict[str, Any]) -> dict[str, Any]:
-    """The content of ``statistics.json`` (docs/formats.md)."""
+               tallies: Iterable[Tally], probes: list[dict[str, Any]], vocab: Vocabulary, rules: dict[str, Any]) -> dict[str, Any]:
+    """The content of ``statistics.json`` (docs/formats.md); ``rules``: ``free_space_rule`` and
+    the object and room rules of the skills built."""
     total = Tally()
     for t in tallies:
         total.add(t)
@@ -89,9 +91,17 @@ def statistics(split: str, episodes_file: str, episodes: int, aligned: int, skil
             entry["templates"] = {t: used.get(t, 0) for t in STOP_TEMPLATES}
         if s == DIRECTION:
             entry["sectors"] = {name: asdict(c) for name, c in total.sectors.items()}
+        if s == OBJECT:
+            entry["categories"] = _counts(p["target_object"]["category"] for p in probes if p["skill"] == OBJECT)
+        if s == ROOM:
+            rooms = [p["target_room"] for p in probes if p["skill"] == ROOM]
+            entry["room_types"] = _counts(r["room_type"] for r in rooms)
+            entry["variants"] = {v: sum(1 for r in rooms if r["variant"] == v) for v in ROOM_VARIANTS}
+            entry["hops"] = {str(k): v for k, v in sorted(Counter(r["hops"] for r in rooms).items())}
         per_skill[s] = entry
     texts = list(STOP_TEMPLATES) if STOP in skills else []
     texts += [SECTOR_BY_NAME[n].template for n in SECTOR_NAMES] if DIRECTION in skills else []
+    texts += sorted({p["intervention_text"] for p in probes if p["skill"] in (OBJECT, ROOM)})
     return {
         "split": split,
         "episodes_file": episodes_file,
@@ -100,5 +110,10 @@ def statistics(split: str, episodes_file: str, episodes: int, aligned: int, skil
         "skills": per_skill,
         "skipped": dict(sorted(total.skipped.items())),
         "out_of_vocabulary": sorted({w for t in texts for w in split_words(t) if w not in vocab}),
-        "free_space_rule": rule,
+        **rules,
     }
+
+
+def _counts(names: Iterable[str]) -> dict[str, int]:
+    """Counts by name, most frequent first (ties by name)."""
+    return dict(sorted(Counter(names).items(), key=lambda kv: (-kv[1], kv[0])))

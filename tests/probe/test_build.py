@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -13,9 +14,10 @@ from ivln_ce.data.episodes import load_episodes
 from ivln_ce.data.vocab import PAD_INDEX
 from ivln_ce.probe.build import BuildRequest, ProbeError, build_probes
 from ivln_ce.probe.free_space import FreeSpaceRule, free_sectors
-from ivln_ce.probe.skills import CONDITIONS
+from ivln_ce.probe.skills import CONDITIONS, SKILLS
 from ivln_ce.probe.store import StoreError, load_probe
 from ivln_ce.probe.truncate import truncations
+from ivln_ce.scenes.mesh import load_scene
 from ivln_ce.sim.embedded import EmbeddedSimulator
 
 SPLIT = "val_unseen"
@@ -50,7 +52,7 @@ def test_every_probe_is_filed_under_its_id(built, tiny_benchmark):
     folders = sorted(p.name for p in (out / "probes").iterdir())
     metas = [load_probe(out, name) for name in folders]
     assert [m["probe_id"] for m in metas] == folders  # the folder is the probe id
-    for skill in ("stop", "direction"):
+    for skill in SKILLS:
         mine = [m for m in metas if m["skill"] == skill]
         assert len(mine) == stats["skills"][skill]["probes"] > 0
         gathered = load_episodes(out / "episodes" / f"{skill}.json.gz")
@@ -61,8 +63,13 @@ def test_every_probe_is_filed_under_its_id(built, tiny_benchmark):
         for m in mine:
             own = load_episodes(out / "probes" / m["probe_id"] / "episodes.json.gz")
             assert [e.episode_id for e in own] == [f"{m['probe_id']}.{c}" for c in CONDITIONS[skill]]
+    for m in metas:  # the id names the target: ``{skill}-e{episode}-p{j}[-{sector | category | room type}]``
+        suffix = {"stop": None, "direction": m["target_sector"],
+                  "object": (m["target_object"] or {}).get("category"), "room": (m["target_room"] or {}).get("room_type")}
+        tail = suffix[m["skill"]]
+        assert m["probe_id"] == f"{m['skill']}-e{m['source_episode']}-p{m['point']}" + (f"-{tail.replace(' ', '_')}" if tail else "")
     manifest = json.loads((out / "probe_build.json").read_text())
-    assert manifest["complete"] and manifest["probes"] == {s: stats["skills"][s]["probes"] for s in ("stop", "direction")}
+    assert manifest["complete"] and manifest["probes"] == {s: stats["skills"][s]["probes"] for s in SKILLS}
     assert json.loads((out / "statistics.json").read_text()) == stats
 
 
@@ -110,6 +117,64 @@ def test_direction_probes_exist_exactly_where_the_simulator_finds_free_space(bui
     sim.close()
     sectors = report.statistics["skills"]["direction"]["sectors"]
     assert rejected == sum(c["no_free_space"] + c["too_few_other_sectors"] for c in sectors.values()) > 0
+
+
+def _box_gap(p, boxes) -> float:
+    """Horizontal distance from p to the nearest point of a set of boxes (0 inside)."""
+    return min(math.hypot(max(b.lo[0] - p[0], 0.0, p[0] - b.hi[0]), max(b.lo[2] - p[2], 0.0, p[2] - b.hi[2])) for b in boxes)
+
+
+def test_object_and_room_targets_agree_with_the_house_layout(built, tiny_benchmark):
+    """Checked against the scene's own description (the sidecar), not the frames the build read."""
+    out, report = built
+    metas = [load_probe(out, p.name) for p in (out / "probes").iterdir()]
+    source = load_episodes(episodes_path(tiny_benchmark, SPLIT))
+    layouts = {}
+    n_obj = n_room = 0
+    for m in metas:
+        if m["skill"] not in ("object", "room"):
+            continue
+        if m["scene_id"] not in layouts:
+            layouts[m["scene_id"]] = load_scene(tiny_benchmark / SCENE_DIR / m["scene_id"]).layout
+        layout = layouts[m["scene_id"]]
+        p = source[m["source_episode"]].reference_path[m["point"]]
+        if m["skill"] == "object":
+            t = m["target_object"]
+            obj = layout.object(t["instance_id"])
+            assert obj.category == t["category"] and obj.mpcat40 not in ("wall", "floor", "ceiling", "door", "window")
+            lo = [min(b.lo[i] for b in obj.boxes) for i in (0, 2)]
+            hi = [max(b.hi[i] for b in obj.boxes) for i in (0, 2)]
+            assert all(lo[i] - 0.01 <= t["centroid"][i] <= hi[i] + 0.01 for i in (0, 1))  # on the object
+            assert _box_gap(p, obj.boxes) - 0.06 <= t["distance"] <= 3.0  # never nearer than the object itself
+            bearing = math.atan2(-(t["centroid"][0] - p[0]), -(t["centroid"][1] - p[2]))
+            rel = math.degrees(math.atan2(math.sin(bearing - m["heading"]), math.cos(bearing - m["heading"])))
+            assert abs((rel - t["relative_deg"] + 180.0) % 360.0 - 180.0) < 0.5  # snapping p_j moves it by < 5 cm
+            n_obj += 1
+        else:
+            t = m["target_room"]
+            here = layout.room_at(p[0], p[2])
+            assert here is not None and t["room_type"] != here.type
+            assert t["current_type"] in {r.type for r in layout.rooms if r.contains(p[0], p[2])}
+            region = layout.rooms[t["region_id"]]
+            assert region.type == t["room_type"] and region.contains(t["nearest_point"][0], t["nearest_point"][2])
+            doors = {frozenset(d.rooms) for d in layout.doors}
+            hops = {t["current_region"]: 0}  # door-graph distance: a path crosses at least that many walls
+            frontier = [t["current_region"]]
+            while frontier:
+                a = frontier.pop(0)
+                for r in layout.rooms:
+                    if r.index not in hops and frozenset((a, r.index)) in doors:
+                        hops[r.index] = hops[a] + 1
+                        frontier.append(r.index)
+            assert t["hops"] >= min(hops.get(r.index, 99) for r in layout.rooms if r.type == t["room_type"])
+            assert (t["hops"] == 1) == (t["variant"] == "1_hop") and (t["hops"] > 1 or frozenset((t["current_region"], t["region_id"])) in doors)
+            gap = math.hypot(max(region.lo[0] - p[0], 0.0, p[0] - region.hi[0]), max(region.lo[1] - p[2], 0.0, p[2] - region.hi[1]))
+            assert t["geodesic_distance"] >= gap - 0.06
+            n_room += 1
+    stats = report.statistics["skills"]
+    assert n_obj == stats["object"]["probes"] == sum(stats["object"]["categories"].values()) > 0
+    assert n_room == stats["room"]["probes"] == sum(stats["room"]["variants"].values()) == sum(stats["room"]["hops"].values())
+    assert stats["room"]["variants"]["1_hop"] > 0 and stats["room"]["variants"]["k_hop"] > 0
 
 
 def test_a_rerun_reuses_and_a_changed_episode_is_rebuilt(tiny_benchmark, tmp_path):

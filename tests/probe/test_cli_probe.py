@@ -38,7 +38,7 @@ def test_refusals_exit_2_with_the_reason(tiny_benchmark, tmp_path, capsys):
         (["--data", str(plain)], ["has an instruction_alignment", "R2R-VLN-CE episodes carry none"]),
         (["--data", str(hostile)], ["val_unseen.json.gz", f"episode {eid} (episodes[4])",
                                     "field 'instruction_alignment[1].path'", "[1, 99] is not a span"]),
-        (["--data", str(tiny_benchmark), "--skills", "stop,room"], ["unknown skill(s) ['room']", "not built yet"]),
+        (["--data", str(tiny_benchmark), "--skills", "stop,rooms"], ["unknown skill(s) ['rooms']", "choose from stop, direction, object, room"]),
         (["--data", str(tiny_benchmark), "--free-distance", "-1"], ["positive number of metres"]),
         (["--data", str(tiny_benchmark), "eval.agent=random"], ["only simulator.* and data.* overrides"]),
     ]

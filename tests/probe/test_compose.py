@@ -8,7 +8,7 @@ from ivln_ce.data.vocab import UNK_INDEX, Vocabulary, split_words
 from ivln_ce.probe.build import probe_source
 from ivln_ce.probe.compose import probe_id
 from ivln_ce.probe.free_space import FreeSpaceRule
-from ivln_ce.probe.skills import SKILLS, stop_template
+from ivln_ce.probe.skills import DIRECTION, STOP, stop_template
 
 from tests.probe.grids import GridSim, corridor, room_with_wall
 
@@ -34,7 +34,7 @@ WALL_PATH = [[0.0, 0.0, 3.0], [0.0, 0.0, -0.5], [2.0, 0.0, -0.5], [4.0, 0.0, 2.0
 @pytest.fixture(scope="module")
 def wall_probes():
     source, vocab = _episode(WALL_PATH)
-    probes, tally = probe_source(GridSim(room_with_wall()), source, vocab, SKILLS, FreeSpaceRule())
+    probes, tally = probe_source(GridSim(room_with_wall()), source, vocab, (STOP, DIRECTION), FreeSpaceRule())
     return source, vocab, {p.probe_id: p for p in probes}, tally
 
 
@@ -99,14 +99,14 @@ def test_direction_probes_only_where_the_sector_is_free(wall_probes):
             assert p.sector in p.context.free and p.probe_id == probe_id("direction", "7", p.context.truncation.point, p.sector)
     sectors = tally.sectors
     assert (sectors["forward"].no_free_space, sectors["left"].no_free_space, sectors["back_left"].no_free_space) == (1, 1, 1)
-    assert tally.probes == {"stop": 2, "direction": 9}
+    assert tally.probes == {"stop": 2, "direction": 9, "object": 0, "room": 0}
 
 
 def test_no_direction_probe_with_fewer_than_two_other_free_sectors():
     """Mid-corridor only forward and backward are free: each has one other free sector, not two."""
     path = [[0.0, 0.0, 4.0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.5], [0.0, 0.0, -0.6]]
     source, vocab = _episode(path)
-    probes, tally = probe_source(GridSim(corridor()), source, vocab, SKILLS, FreeSpaceRule())
+    probes, tally = probe_source(GridSim(corridor()), source, vocab, (STOP, DIRECTION), FreeSpaceRule())
     assert [p.probe_id for p in probes] == ["stop-e7-p1", "stop-e7-p2"]
     assert tally.sectors["forward"].too_few_other_sectors == 2 and tally.sectors["backward"].too_few_other_sectors == 2
     assert tally.sectors["left"].no_free_space == 2

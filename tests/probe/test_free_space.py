@@ -62,8 +62,9 @@ def test_rule_and_skill_arguments_are_checked():
     with pytest.raises(ValueError, match=r"offsets in \[-30, 30\)"):
         FreeSpaceRule(ray_offsets_deg=(0.0, 45.0))
     assert parse_skills("direction, stop") == ("stop", "direction")
-    with pytest.raises(ValueError, match="not built yet"):
-        parse_skills("stop,object")
+    assert parse_skills("room, object,stop") == ("stop", "object", "room")
+    with pytest.raises(ValueError, match=r"unknown skill\(s\) \['rooms'\]; choose from stop, direction, object, room"):
+        parse_skills("stop,rooms")
     assert stop_template("stop-e1-p1") == stop_template("stop-e1-p1")
     assert len({stop_template(f"stop-e{k}-p1") for k in range(40)}) == 4  # every template is used
     assert np.isfinite(FreeSpaceRule().distance)

@@ -73,7 +73,7 @@ def test_each_reading_is_filed_under_its_probe_and_condition(probes, tiny_benchm
         for r in recs:
             by_point.setdefault((r["source_episode"], r["point"]), set()).add(tuple(scorer.executed[r["episode_id"]]))
         assert all(len(v) == 1 for v in by_point.values())
-    assert results[1].keys() == results[3].keys() and len(results[1]) == 3 * 4 + 2 * 4
+    assert results[1].keys() == results[3].keys() and len(results[1]) == 3 * 4 + 2 * 4 * 3  # stop; direction, object, room
     for key, r in results[1].items():
         assert r["distribution"] == results[3][key]["distribution"] and r["position"] == results[3][key]["position"]
 

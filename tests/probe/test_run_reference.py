@@ -25,10 +25,27 @@ def probes(tmp_path_factory, tiny_benchmark):
     return built_probes(tmp_path_factory, tiny_benchmark)
 
 
+#: each free sector's mass goes to: (TURN_LEFT share, TURN_RIGHT share, MOVE_FORWARD share)
+TO_ACTIONS = {"forward": {"MOVE_FORWARD": 1.0}, "left": {"TURN_LEFT": 1.0}, "back_left": {"TURN_LEFT": 1.0},
+              "backward": {"TURN_LEFT": 0.5, "TURN_RIGHT": 0.5}, "back_right": {"TURN_RIGHT": 1.0}, "right": {"TURN_RIGHT": 1.0}}
+
+
 def _forward_biased_mass(meta):
     free = meta["free_sectors"]
     total = sum(WEIGHT[s] for s in free)
-    return sum(WEIGHT[s] * GROUNDS[meta["target_sector"]].get(s, 0.0) for s in free) / total
+    if meta["skill"] == "direction":
+        return sum(WEIGHT[s] * GROUNDS[meta["target_sector"]].get(s, 0.0) for s in free) / total
+    return sum(WEIGHT[s] * share for s in free for a, share in TO_ACTIONS[s].items() if a in _toward(meta)) / total
+
+
+def _toward(meta):
+    """The grounding actions of an object / room probe by hand from the target's relative direction."""
+    rel = (meta["target_object"] or meta["target_room"])["relative_deg"]
+    if abs(rel) <= 15.0:
+        return {"MOVE_FORWARD"}
+    if abs(rel) == 180.0:
+        return {"TURN_LEFT", "TURN_RIGHT"}
+    return {"TURN_LEFT"} if rel > 0 else {"TURN_RIGHT"}
 
 
 def _rows(report):
@@ -44,8 +61,37 @@ def test_reference_agents_score_what_the_hand_says(probes, tiny_benchmark, tmp_p
     metas = {pid: load_probe(probes, pid) for pid in {r["probe_id"] for r in records}}
     direction = [m for m in metas.values() if m["skill"] == "direction"]
     stop = [m for m in metas.values() if m["skill"] == "stop"]
+    seeking = [m for m in metas.values() if m["skill"] in ("object", "room")]
     assert len(stop) == 6 and len(direction) == 6 and {m["target_sector"] for m in direction} == set(WEIGHT)
-    assert len(records) == 3 * 6 + 2 * 6 and not report.skipped
+    assert len(seeking) == 12 and {m["skill"] for m in seeking} == {"object", "room"}
+    assert len(records) == 3 * 6 + 2 * 6 * 3 and not report.skipped
+    for r in records:  # every record is filed under its probe, with that probe's grounding actions
+        m = metas[r["probe_id"]]
+        assert r["episode_id"] == m["conditions"][r["condition"]] and r["skill"] == m["skill"]
+        if m["skill"] in ("object", "room"):
+            assert set(r["correct_actions"]) == _toward(m) and r["variant"] == m["variant"]
+    for m in seeking:
+        if agent == "probe_oracle":
+            want = 1.0
+        elif agent == "uniform":
+            want = len(_toward(m)) / 4
+        else:
+            want = _forward_biased_mass(m)
+        got = next(r for r in records if r["probe_id"] == m["probe_id"] and r["condition"] == "intervention")
+        assert got["correct_mass"] == pytest.approx(want, abs=1e-6)
+    for skill in ("object", "room"):
+        mine = [m for m in seeking if m["skill"] == skill]
+        if agent == "probe_oracle":
+            want_score, want_eff = 1.0, np.mean([1.0 - len(_toward(m)) / 4 for m in mine])
+        elif agent == "uniform":
+            want_score, want_eff = np.mean([len(_toward(m)) / 4 for m in mine]), 0.0
+        else:
+            want_score, want_eff = np.mean([_forward_biased_mass(m) for m in mine]), 0.0
+        assert scores[skill].score == pytest.approx(want_score, abs=1e-6) and scores[skill].probes == len(mine)
+        assert effects[(skill, "intervention", "no_intervention")].effect == pytest.approx(want_eff, abs=1e-6)
+    for v in {m["variant"] for m in seeking if m["skill"] == "room"}:
+        mine = [m for m in seeking if m["variant"] == v]
+        assert scores[f"room:{v}"].probes == len(mine)
     if agent == "probe_oracle":
         want_stop, want_dir = 1.0, {m["probe_id"]: 1.0 for m in direction}
         want_effect = {m["probe_id"]: 1.0 - N_CORRECT[m["target_sector"]] / 4 for m in direction}
