@@ -401,6 +401,15 @@ def cmd_probe_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_figures(args: argparse.Namespace) -> int:
+    from ivln_ce.probe.figures import format_report, make_figures
+
+    rep = make_figures([Path(r) for r in args.runs], Path(args.out), Path(args.probes) if args.probes else None,
+                       bin_width=args.length_bin, resamples=args.resamples)
+    print(format_report(rep))
+    return 0
+
+
 def cmd_train_rednet(args: argparse.Namespace) -> int:
     from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
 
@@ -751,6 +760,15 @@ def build_parser() -> argparse.ArgumentParser:
     ptab.add_argument("--out", required=True, help="folder for probe_tables.md, .csv and .tex")
     ptab.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     ptab.set_defaults(func=cmd_probe_tables)
+    pfig = psub.add_parser("figures", help="the seed's probe figures (stop vs length, direction polar plots, object error, "
+                                           "room) from `probe run` folders: PNG, SVG and a CSV of each figure's numbers")
+    pfig.add_argument("--runs", nargs="+", required=True, help="output folders of `ivln-ce probe run` (one agent each)")
+    pfig.add_argument("--out", required=True, help="folder for the figures")
+    pfig.add_argument("--probes", default=None, help="the `probe build` folder the runs were made from: the object "
+                                                   "figure and the room figure's hop counts need its probe.json files")
+    pfig.add_argument("--length-bin", type=int, default=1, help="steps of tau per trajectory-length bin (default 1)")
+    pfig.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of the stop bands (default 2000)")
+    pfig.set_defaults(func=cmd_probe_figures)
 
     tr = sub.add_parser("train-rednet", help="train RedNet on frames rendered from synthetic houses (resumable)")
     tr.add_argument("--out", required=True, help="folder for cached frames, checkpoint.pt and report.json")
