@@ -438,10 +438,21 @@ def cmd_viz_maps(args: argparse.Namespace) -> int:
 def cmd_viz_report(args: argparse.Namespace) -> int:
     from ivln_ce.viz.report import build_report
 
-    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers)
+    probes = None
+    if args.probes:
+        from ivln_ce.probe.report_part import report_part
+
+        build = Path(args.probe_build) if args.probe_build else None
+        probes = lambda folder: report_part(Path(args.probes), folder, build, per_skill=args.probe_examples)  # noqa: E731
+    elif args.probe_build:
+        raise UsageError("--probe-build goes with --probes (the `probe run` folder)")
+    if not args.results and not (args.probes and args.out):
+        raise UsageError("give --results (an evaluation), or --probes with --out (a probe report alone)")
+    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers,
+                       probes=probes)
     for note in rep.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"report of {', '.join(rep.runs)}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
+    print(f"report of {', '.join(rep.runs) or 'a probe run'}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
           f"{rep.size_bytes / 1e6:.1f} MB in {rep.seconds:.1f} s\nopen {rep.index.resolve().as_uri()}")
     return 0
 
@@ -792,12 +803,18 @@ def build_parser() -> argparse.ArgumentParser:
     vm.add_argument("--out", default=None, help="write the PNGs here instead of next to the records")
     vm.set_defaults(func=cmd_viz_maps)
     vr = vsub.add_parser("report", help="static HTML tour viewer of an evaluation (opens from file://)")
-    vr.add_argument("--results", required=True, help="results folder of `ivln-ce eval`")
+    vr.add_argument("--results", default=None, help="results folder of `ivln-ce eval` (may be left out with --probes and --out)")
     vr.add_argument("--out", default=None, help="report folder (default RESULTS/report)")
     vr.add_argument("--label", default=None, help="only this run label (default: every run in the folder)")
     vr.add_argument("--split", default=None, help="only this split (default: every split in the folder)")
     vr.add_argument("--data", default=None, help="data root to use instead of the one recorded in the run's config (moved data)")
     vr.add_argument("--workers", type=int, default=None, help="processes rendering tours (default: CPU count, at most 8)")
+    vr.add_argument("--probes", default=None, metavar="RUN_DIR",
+                    help="a `probe run` folder: adds a probe page (its figures and example probes)")
+    vr.add_argument("--probe-build", default=None, metavar="BUILD_DIR",
+                    help="the `probe build` folder of that run: the examples' instructions (I_int marked), the object "
+                         "figure and the room figure's hop counts")
+    vr.add_argument("--probe-examples", type=int, default=8, help="example probes per skill on the probe page (default 8)")
     vr.set_defaults(func=cmd_viz_report)
     vt = vsub.add_parser("table", help="results table across runs: mean ± standard error over seeds")
     vt.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results folders of `ivln-ce eval`")
