@@ -76,6 +76,10 @@ def read_runs(runs: Sequence[Path], notes: list[str]) -> list[fd.RunRecords]:
     out: list[fd.RunRecords] = []
     for run in runs:
         agent, records = read_results(run)
+        for i, r in enumerate(records):  # j places a record on the length axis
+            if isinstance(r.get("point"), bool) or not isinstance(r.get("point"), int) or r["point"] < 0:
+                raise ValueError(f"{Path(run) / 'probe_results.json'}: records[{i}]: field 'point' must be an integer >= 0, "
+                                 f"got {r.get('point')!r}")
         if any(r.agent == agent for r in out):
             agent = f"{agent} ({run})"
         out.append(fd.RunRecords(agent, records, _turn_angle(Path(run), notes)))

@@ -169,3 +169,12 @@ def test_cli(tmp_path, capsys):
     assert "stop_vs_length: stop_vs_length.png" in text and "skipped direction_polar" in text
     assert main(["probe", "figures", "--runs", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")]) == 2
     assert "probe_results.json: missing" in capsys.readouterr().err
+
+
+def test_a_record_without_its_point_is_refused(tmp_path):
+    run = write_run(tmp_path / "run", skills=("stop",))
+    data = json.loads((run / "probe_results.json").read_text())
+    data["records"][1]["point"] = "2"
+    (run / "probe_results.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"records\[1\]: field 'point' must be an integer"):
+        make_figures([run], tmp_path / "out")
