@@ -401,6 +401,15 @@ def cmd_probe_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_figures(args: argparse.Namespace) -> int:
+    from ivln_ce.probe.figures import format_report, make_figures
+
+    rep = make_figures([Path(r) for r in args.runs], Path(args.out), Path(args.probes) if args.probes else None,
+                       bin_width=args.length_bin, resamples=args.resamples)
+    print(format_report(rep))
+    return 0
+
+
 def cmd_train_rednet(args: argparse.Namespace) -> int:
     from ivln_ce.training.rednet import RedNetTrainConfig, train_rednet
 
@@ -429,10 +438,21 @@ def cmd_viz_maps(args: argparse.Namespace) -> int:
 def cmd_viz_report(args: argparse.Namespace) -> int:
     from ivln_ce.viz.report import build_report
 
-    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers)
+    probes = None
+    if args.probes:
+        from ivln_ce.probe.report_part import report_part
+
+        build = Path(args.probe_build) if args.probe_build else None
+        probes = lambda folder: report_part(Path(args.probes), folder, build, per_skill=args.probe_examples)  # noqa: E731
+    elif args.probe_build:
+        raise UsageError("--probe-build goes with --probes (the `probe run` folder)")
+    if not args.results and not (args.probes and args.out):
+        raise UsageError("give --results (an evaluation), or --probes with --out (a probe report alone)")
+    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers,
+                       probes=probes)
     for note in rep.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"report of {', '.join(rep.runs)}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
+    print(f"report of {', '.join(rep.runs) or 'a probe run'}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
           f"{rep.size_bytes / 1e6:.1f} MB in {rep.seconds:.1f} s\nopen {rep.index.resolve().as_uri()}")
     return 0
 
@@ -751,6 +771,15 @@ def build_parser() -> argparse.ArgumentParser:
     ptab.add_argument("--out", required=True, help="folder for probe_tables.md, .csv and .tex")
     ptab.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     ptab.set_defaults(func=cmd_probe_tables)
+    pfig = psub.add_parser("figures", help="the seed's probe figures (stop vs length, direction polar plots, object error, "
+                                           "room) from `probe run` folders: PNG, SVG and a CSV of each figure's numbers")
+    pfig.add_argument("--runs", nargs="+", required=True, help="output folders of `ivln-ce probe run` (one agent each)")
+    pfig.add_argument("--out", required=True, help="folder for the figures")
+    pfig.add_argument("--probes", default=None, help="the `probe build` folder the runs were made from: the object "
+                                                   "figure and the room figure's hop counts need its probe.json files")
+    pfig.add_argument("--length-bin", type=int, default=1, help="steps of tau per trajectory-length bin (default 1)")
+    pfig.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of the stop bands (default 2000)")
+    pfig.set_defaults(func=cmd_probe_figures)
 
     tr = sub.add_parser("train-rednet", help="train RedNet on frames rendered from synthetic houses (resumable)")
     tr.add_argument("--out", required=True, help="folder for cached frames, checkpoint.pt and report.json")
@@ -774,12 +803,18 @@ def build_parser() -> argparse.ArgumentParser:
     vm.add_argument("--out", default=None, help="write the PNGs here instead of next to the records")
     vm.set_defaults(func=cmd_viz_maps)
     vr = vsub.add_parser("report", help="static HTML tour viewer of an evaluation (opens from file://)")
-    vr.add_argument("--results", required=True, help="results folder of `ivln-ce eval`")
+    vr.add_argument("--results", default=None, help="results folder of `ivln-ce eval` (may be left out with --probes and --out)")
     vr.add_argument("--out", default=None, help="report folder (default RESULTS/report)")
     vr.add_argument("--label", default=None, help="only this run label (default: every run in the folder)")
     vr.add_argument("--split", default=None, help="only this split (default: every split in the folder)")
     vr.add_argument("--data", default=None, help="data root to use instead of the one recorded in the run's config (moved data)")
     vr.add_argument("--workers", type=int, default=None, help="processes rendering tours (default: CPU count, at most 8)")
+    vr.add_argument("--probes", default=None, metavar="RUN_DIR",
+                    help="a `probe run` folder: adds a probe page (its figures and example probes)")
+    vr.add_argument("--probe-build", default=None, metavar="BUILD_DIR",
+                    help="the `probe build` folder of that run: the examples' instructions (I_int marked), the object "
+                         "figure and the room figure's hop counts")
+    vr.add_argument("--probe-examples", type=int, default=8, help="example probes per skill on the probe page (default 8)")
     vr.set_defaults(func=cmd_viz_report)
     vt = vsub.add_parser("table", help="results table across runs: mean ± standard error over seeds")
     vt.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results folders of `ivln-ce eval`")

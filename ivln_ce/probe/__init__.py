@@ -30,9 +30,16 @@ Stage 2 runs an agent on them (``ivln-ce probe run``) and compares agents (``pro
 - ``analysis.py``, ``tables.py``, ``results.py``: Scores, effects with hierarchical-bootstrap
   intervals, mixed models (statsmodels); Markdown / CSV / LaTeX tables.
 
+Stage 3 draws them (``ivln-ce probe figures``, ``viz report --probes``):
+
+- ``figure_data.py``: the numbers of the seed's figures (stop vs length, direction, object
+  error, room grounding mass) and how an action distribution is read as a heading;
+- ``figures.py``: the drawings (matplotlib), PNG / SVG / CSV; ``report_part.py``: the figures
+  and example probes as plain data for the report (``viz/`` does not import ``probe/``).
+
 Imports: ``config.py``, ``geometry.py``, ``fingerprint.py``, ``run_folder.py``, ``data/``,
 ``metrics/`` (the hierarchical bootstrap), ``sim/``, ``env/`` (the scene-path containment rule,
 ``TourItem``), ``rollout/`` (the engine; ``policy_agent.py`` and ``observations.py`` only in
-``policy_scorer.py``). Rollout measures (the room probes' delta d), habitat-sim's semantic scene
-and figures are later stages.
+``policy_scorer.py``). Rollout measures (the room probes' delta d) and habitat-sim's semantic
+scene are later stages.
 """

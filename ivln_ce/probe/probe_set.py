@@ -144,22 +144,42 @@ def read_probe(folder: Path, probe_id: str) -> ProbeCase:
     return ProbeCase(probe_id, meta["skill"], meta, episodes, digest([meta["fingerprint"], file_digest(ep_file)]))
 
 
-def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, limit: int = 0) -> ProbeSet:
-    """The probes of a finished build (``skills`` only, None: every skill the build has; ``limit``
-    > 0: the first ``limit`` probe ids of each skill, in sorted order, for quick looks)."""
-    root = Path(folder)
+def read_build_manifest(root: Path, option: str = "--probes") -> dict[str, Any]:
+    """The ``probe_build.json`` of a finished build folder, else ProbeSetError saying what is wrong."""
     manifest = root / MANIFEST
     if not root.is_dir():
-        raise ProbeSetError(f"{root}: not a folder; give --probes the --out folder of `ivln-ce probe build`")
+        raise ProbeSetError(f"{root}: not a folder; give {option} the --out folder of `ivln-ce probe build`")
     try:
         marker = read_json(manifest) if manifest.is_file() and not manifest.is_symlink() else None
     except DataFormatError as exc:
         raise ProbeSetError(str(exc)) from None
     if not isinstance(marker, dict) or marker.get("format") != FORMAT:
-        raise ProbeSetError(f"{root}: no {MANIFEST} of `ivln-ce probe build` (format {FORMAT}); give --probes a probe build folder")
+        raise ProbeSetError(f"{root}: no {MANIFEST} of `ivln-ce probe build` (format {FORMAT}); give {option} a probe build folder")
     if marker.get("complete") is not True:
         raise ProbeSetError(f"{manifest}: field 'complete' is not true: the build was interrupted; run the same "
                             "`ivln-ce probe build` again to finish it")
+    return marker
+
+
+def probe_folder(root: Path, probe_id: str) -> Path:
+    """``root/probes/{probe_id}``: a real folder (no link) of a plain probe id, else ProbeSetError."""
+    d = root / PROBES / probe_id
+    if "/" in probe_id or "\\" in probe_id or probe_id in ("", ".", "..") or d.is_symlink() or not d.is_dir():
+        raise ProbeSetError(f"{d}: not a probe folder of the build (missing, a file or a link)")
+    return d
+
+
+def read_probe_meta(root: Path, probe_id: str) -> dict[str, Any]:
+    """One probe's checked ``probe.json`` from a build folder (no episodes read)."""
+    return _meta(probe_folder(root, probe_id) / PROBE_FILE, probe_id)
+
+
+def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, limit: int = 0) -> ProbeSet:
+    """The probes of a finished build (``skills`` only, None: every skill the build has; ``limit``
+    > 0: the first ``limit`` probe ids of each skill, in sorted order, for quick looks)."""
+    root = Path(folder)
+    marker = read_build_manifest(root)
+    manifest = root / MANIFEST
     built = marker.get("skills") or []
     if skills is None:
         skills = tuple(s for s in SKILLS if s in built)

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
 
 import numpy as np
@@ -30,6 +30,8 @@ from ivln_ce.data.targets import TourPath, iter_target_paths, load_agent_paths
 from ivln_ce.metrics.alignment import align_tour_official
 from ivln_ce.metrics.tour import TourScoreError
 from ivln_ce.viz.report import assets, pages
+from ivln_ce.viz.report import probes as probe_pages
+from ivln_ce.viz.report.probes import ProbeSection
 from ivln_ce.viz.report.images import (
     ImageSettings,
     frame_image,
@@ -446,7 +448,7 @@ def _report_folder(results: Path, out: str | Path | None) -> Path:
 
 
 def build_report(
-    results: str | Path,
+    results: str | Path | None,
     out: str | Path | None = None,
     label: str | None = None,
     split: str | None = None,
@@ -454,13 +456,26 @@ def build_report(
     workers: int | None = None,
     progress: bool = True,
     settings: ImageSettings | None = None,
+    probes: Callable[[Path], dict] | None = None,
 ) -> Report:
-    """Write the static report of every run in ``results`` (or the one ``label``/``split``)."""
+    """Write the static report of every run in ``results`` (or the one ``label``/``split``).
+
+    ``probes``, given the report folder, draws a probe run's figures into it and returns the
+    section's data (``probes.ProbeSection.from_dict``; the CLI passes ``probe.report_part``);
+    the report then has a probe page. Without ``results`` (None) the report is the probe page
+    and an index linking it, and ``out`` must be given."""
     t0 = time.perf_counter()
     settings = settings or ImageSettings()
-    results = Path(results)
-    runs = find_runs(results, label, split)
-    out = _report_folder(results, out)
+    if results is None:
+        if probes is None or out is None:
+            raise ResultsError("a report needs --results (an evaluation) or --probes with --out")
+        results_path = None
+        runs = []
+        out = _report_folder(Path(out), out)
+    else:
+        results_path = Path(results)
+        runs = find_runs(results_path, label, split)
+        out = _report_folder(results_path, out)
     write_output(output_dir(out, "assets") / "report.css", assets.CSS)
     write_output(output_dir(out, "assets") / "report.js", assets.JS)
 
@@ -499,7 +514,13 @@ def build_report(
         n_images += sum(t["_images"] for t in tours)
         n_eps += sum(t["episodes"] for t in tours)
         summaries.append(_run_summary(inp.run, tours, inp.notes))
-    title = f"ivln-ce report: {results.resolve().name}"
-    index = write_output(out / "index.html", pages.index_page(title, summaries, str(results)))
+    section = None
+    if probes is not None:
+        section = ProbeSection.from_dict(probes(output_dir(out, "probes")), out)
+        write_output(out / probe_pages.PAGE, probe_pages.probe_page(section))
+    name = results_path.resolve().name if results_path is not None else f"probes of {section.agent}"
+    title = f"ivln-ce report: {name}"
+    extra = probe_pages.index_section(section) if section is not None else ""
+    index = write_output(out / "index.html", pages.index_page(title, summaries, str(results_path or ""), extra))
     return Report(out, index, page_paths, [r.name for r in runs], n_eps, n_images, time.perf_counter() - t0,
                   [n for inp in inputs for n in inp.notes])

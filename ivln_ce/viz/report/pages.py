@@ -102,8 +102,11 @@ def _flat(d: Any, prefix: str = "", out: list | None = None, limit: int = 60) ->
     return out
 
 
-def index_page(title: str, runs: list[dict], results: str) -> str:
-    """``runs``: one dict per run (see ``builder._run_summary``)."""
+def index_page(title: str, runs: list[dict], results: str, extra: str = "") -> str:
+    """``runs``: one dict per run (see ``builder._run_summary``); ``extra``: more sections (HTML)
+    after them (the probe section); with no runs, only those."""
+    if not runs:
+        return document(title, extra + json_script("report-data", {"runs": []}), "assets")
     head = "".join(f'<th data-col="{escape(h)}">{escape(h)}</th>' for h, _, _ in COLUMNS)
     rows = []
     for r in runs:
@@ -127,6 +130,7 @@ def index_page(title: str, runs: list[dict], results: str) -> str:
     ]
     for r in runs:
         body.append(_run_section(r))
+    body.append(extra)
     body.append(json_script("report-data", {"runs": [{k: r[k] for k in ("label", "split", "stats", "row", "fingerprint", "leaderboard_valid", "tours")} for r in runs]}))
     return document(title, "".join(body), "assets")
 

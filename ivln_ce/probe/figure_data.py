@@ -1,0 +1,203 @@
+"""The numbers behind the probe figures (seed 003, Figs. 3, 5, 6 and 16), from ``probe run`` records.
+
+Each function returns plain rows (one dict per CSV line); ``figures.py`` draws them and writes
+the CSVs. How a distribution over the four low-level actions (``STOP``, ``MOVE_FORWARD``,
+``TURN_LEFT``, ``TURN_RIGHT``) becomes what the seed's figures show over neighbouring nodes:
+
+* **stop vs trajectory length** (Fig. 3): P(STOP) per probe, averaged per bin of the
+  trajectory length j (the steps of tau: reference-path points after the start), per condition,
+  with a 95 % hierarchical-bootstrap interval (scenes, then source episodes, then probes).
+* **direction** (Fig. 5): an action is drawn over the headings it starts a move toward, the
+  rule that grounds the skills (``grounding.py``): ``MOVE_FORWARD`` keeps the heading, drawn
+  over [-15, 15] degrees (the forward tolerance); ``TURN_LEFT`` starts any move more than 15
+  degrees to the left, drawn over (15, 180]; ``TURN_RIGHT`` the mirror image; ``STOP`` has no
+  heading and is reported on its own. Rows hold the mean probability of each action per target
+  sector and condition, and the **expected heading change** of the one step,
+  theta * (P(TURN_LEFT) - P(TURN_RIGHT)) with theta the run's turn angle (positive: left).
+* **object** (Fig. 6): after one action the agent's heading is off the object's bearing by
+  |rel|, |rel - theta| or |rel + theta| (forward, left, right; rel = ``target_object.relative_deg``);
+  each probe spreads its move mass (STOP excluded, the rest renormalised, as the seed
+  normalises over neighbours) over those errors; the histogram accumulates probes and is
+  normalised per condition. A probe that puts all its mass on STOP adds nothing.
+* **room**: the seed's Fig. 16 is the change of geodesic distance to the target room after one
+  move. Turns and STOP do not move the agent, but the distance after a forward step needs a
+  geodesic query from the stepped-to point, which a run does not record (it stores d_geo from
+  p_j only); so this figure shows the distribution of the correct-action probability (the
+  probe's grounding mass) per hop count, per condition, instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ivln_ce.geometry import wrap_angle
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.probe.skills import CONDITIONS, DIRECTION, OBJECT, ROOM, SECTOR_NAMES, STOP
+from ivln_ce.sim.base import MOVE_FORWARD, STOP as A_STOP, TURN_LEFT, TURN_RIGHT
+
+LEVEL = 0.95
+#: the forward tolerance of the grounding rule: the half-width of the forward wedge (degrees)
+FORWARD_HALF_WIDTH_DEG = 15.0
+#: the heading ranges (degrees, positive to the left) each moving action is drawn over
+ACTION_WEDGES = {MOVE_FORWARD: (-FORWARD_HALF_WIDTH_DEG, FORWARD_HALF_WIDTH_DEG),
+                 TURN_LEFT: (FORWARD_HALF_WIDTH_DEG, 180.0),
+                 TURN_RIGHT: (-180.0, -FORWARD_HALF_WIDTH_DEG)}
+ERROR_BIN_DEG = 15.0
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """One ``probe run`` folder's agent, records, and the turn angle its simulator used (degrees)."""
+
+    agent: str
+    records: list[dict[str, Any]]
+    turn_angle_deg: float = 15.0
+
+
+def _interval(values: np.ndarray, scenes: list[str], sources: list[str], resamples: int, seed: int) -> tuple[float, float]:
+    if len(values) < 2:
+        return (math.nan, math.nan)
+    boot = hierarchical_bootstrap(values, [scenes, sources], resamples, np.random.default_rng(seed))
+    tail = 100.0 * (1.0 - LEVEL) / 2.0
+    lo, hi = np.percentile(boot, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def _skill(run: RunRecords, skill: str) -> list[dict]:
+    return [r for r in run.records if r["skill"] == skill]
+
+
+# --------------------------------------------------------------------------- (a) stop vs length
+
+
+def stop_by_length(runs: Sequence[RunRecords], bin_width: int = 1, resamples: int = 2000, seed: int = 0) -> list[dict]:
+    """Mean P(STOP) per agent, condition and bin ``[lo, hi]`` of j (``bin_width`` steps per bin:
+    bin k holds j in [k * w + 1, (k + 1) * w]), with its hierarchical-bootstrap interval."""
+    if bin_width < 1:
+        raise ValueError(f"length bin width must be at least 1 step, got {bin_width}")
+    rows = []
+    for a, run in enumerate(runs):
+        recs = _skill(run, STOP)
+        for c, cond in enumerate(CONDITIONS[STOP]):
+            bins: dict[int, list[dict]] = defaultdict(list)
+            for r in recs:
+                if r["condition"] == cond:
+                    bins[(int(r["point"]) - 1) // bin_width].append(r)
+            for k in sorted(bins):
+                rs = sorted(bins[k], key=lambda r: r["probe_id"])
+                vals = np.array([float(r["distribution"][A_STOP]) for r in rs])
+                lo, hi = _interval(vals, [r["scene_id"] for r in rs], [f"{r['scene_id']}|{r['source_episode']}" for r in rs],
+                                   resamples, seed + 100_000 * a + 1000 * c + k)
+                rows.append({"agent": run.agent, "condition": cond, "length_lo": k * bin_width + 1,
+                             "length_hi": (k + 1) * bin_width, "probes": len(rs), "mean_p_stop": float(vals.mean()),
+                             "low": lo, "high": hi})
+    return rows
+
+
+# --------------------------------------------------------------------------- (b) direction
+
+
+def direction_rows(runs: Sequence[RunRecords]) -> list[dict]:
+    """Mean action probabilities and expected heading change per agent, target sector and condition."""
+    rows = []
+    for run in runs:
+        recs = _skill(run, DIRECTION)
+        for sector in SECTOR_NAMES:
+            for cond in CONDITIONS[DIRECTION]:
+                rs = [r for r in recs if r["condition"] == cond and r.get("target_sector") == sector]
+                if not rs:
+                    continue
+                p = np.array([r["distribution"] for r in rs], dtype=np.float64)
+                turn = run.turn_angle_deg * (p[:, TURN_LEFT] - p[:, TURN_RIGHT])
+                m = p.mean(axis=0)
+                rows.append({"agent": run.agent, "sector": sector, "condition": cond, "probes": len(rs),
+                             "p_stop": float(m[A_STOP]), "p_forward": float(m[MOVE_FORWARD]),
+                             "p_left": float(m[TURN_LEFT]), "p_right": float(m[TURN_RIGHT]),
+                             "expected_heading_change_deg": float(turn.mean())})
+    return rows
+
+
+# --------------------------------------------------------------------------- (c) object
+
+
+def one_step_errors(relative_deg: float, turn_angle_deg: float) -> dict[int, float]:
+    """Absolute angle (degrees, [0, 180]) between the heading after each moving action and a
+    target ``relative_deg`` to the left of the current heading."""
+    out = {}
+    for action, turn in ((MOVE_FORWARD, 0.0), (TURN_LEFT, turn_angle_deg), (TURN_RIGHT, -turn_angle_deg)):
+        out[action] = abs(math.degrees(wrap_angle(math.radians(relative_deg - turn))))
+    return out
+
+
+def object_error_rows(runs: Sequence[RunRecords], metas: Mapping[str, Mapping[str, Any]],
+                      bin_deg: float = ERROR_BIN_DEG) -> list[dict]:
+    """Histogram of the angular error to the object after one action, per agent and condition:
+    ``probability`` per bin ``[lo, hi)`` (the last bin includes 180), normalised per condition."""
+    edges = np.arange(0.0, 180.0 + 1e-9, bin_deg)
+    if edges[-1] < 180.0:
+        edges = np.append(edges, 180.0)
+    nb = len(edges) - 1
+    rows = []
+    for run in runs:
+        recs = _skill(run, OBJECT)
+        for cond in CONDITIONS[OBJECT]:
+            rs = [r for r in recs if r["condition"] == cond]
+            if not rs:
+                continue
+            hist = np.zeros(nb)
+            for r in rs:
+                rel = float(metas[r["probe_id"]]["target_object"]["relative_deg"])
+                p = np.asarray(r["distribution"], dtype=np.float64)
+                move = p[MOVE_FORWARD] + p[TURN_LEFT] + p[TURN_RIGHT]
+                if move <= 1e-12:
+                    continue
+                for action, err in one_step_errors(rel, run.turn_angle_deg).items():
+                    k = min(int(np.searchsorted(edges, err, side="right")) - 1, nb - 1)
+                    hist[k] += p[action] / move
+            total = hist.sum()
+            stop = float(np.mean([r["distribution"][A_STOP] for r in rs]))
+            for k in range(nb):
+                rows.append({"agent": run.agent, "condition": cond, "error_lo_deg": float(edges[k]),
+                             "error_hi_deg": float(edges[k + 1]), "probability": float(hist[k] / total) if total > 0 else math.nan,
+                             "probes": len(rs), "mean_p_stop": stop})
+    return rows
+
+
+# --------------------------------------------------------------------------- (d) room
+
+
+def room_group(record: Mapping[str, Any], metas: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """A room probe's hop count (from ``probe.json``) or, without the build, its variant."""
+    if metas is not None:
+        return str(int(metas[record["probe_id"]]["target_room"]["hops"]))
+    return str(record.get("variant"))
+
+
+def room_values(run: RunRecords, metas: Mapping[str, Mapping[str, Any]] | None) -> dict[tuple[str, str], np.ndarray]:
+    """(hop count or variant, condition) -> the correct-action probabilities, groups in order."""
+    recs = _skill(run, ROOM)
+    groups = sorted({room_group(r, metas) for r in recs}, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g))
+    out = {}
+    for g in groups:
+        for cond in CONDITIONS[ROOM]:
+            vals = [float(r["correct_mass"]) for r in recs if r["condition"] == cond and room_group(r, metas) == g]
+            if vals:
+                out[(g, cond)] = np.array(vals)
+    return out
+
+
+def room_rows(runs: Sequence[RunRecords], metas: Mapping[str, Mapping[str, Any]] | None) -> list[dict]:
+    """Distribution of the correct-action probability per agent, hop count (or variant) and condition."""
+    rows = []
+    for run in runs:
+        for (g, cond), vals in room_values(run, metas).items():
+            q1, med, q3 = np.percentile(vals, [25, 50, 75])
+            rows.append({"agent": run.agent, "group": g, "condition": cond, "probes": len(vals), "mean": float(vals.mean()),
+                         "q25": float(q1), "median": float(med), "q75": float(q3), "min": float(vals.min()),
+                         "max": float(vals.max())})
+    return rows

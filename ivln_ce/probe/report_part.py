@@ -1,0 +1,92 @@
+"""What ``ivln-ce viz report --probes RUN_DIR`` shows of a probe run: its figures and example probes.
+
+``viz/`` and ``probe/`` share a layer and do not import each other, so this module hands the
+report plain data (``report_part``): the figures drawn into a folder of the report
+(``figures.py``) and, per skill, a few example probes spread evenly over the sorted probe ids:
+every condition's distribution over the four actions and, when the build folder is given, the
+intervened instruction split into the words before I_int and I_int itself. No frames: the
+frames at p_j would mean loading every example's scene into the simulator and walking tau
+again; the report leaves them out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ivln_ce.probe.figures import make_figures
+from ivln_ce.probe.probe_set import ProbeSetError, probe_folder, read_build_manifest, read_probe
+from ivln_ce.probe.results import read_results
+from ivln_ce.probe.skills import CONDITIONS, INTERVENED, SKILLS
+from ivln_ce.sim.base import ACTIONS
+
+EXAMPLES_PER_SKILL = 8
+
+
+def spread(ids: list[str], k: int) -> list[str]:
+    """``k`` of ``ids`` (sorted) evenly spaced from the first: the same choice on every run."""
+    ids = sorted(ids)
+    if k <= 0 or len(ids) <= k:
+        return ids if k > 0 else []
+    return [ids[(i * len(ids)) // k] for i in range(k)]
+
+
+def split_instruction(text: str, intervention: str) -> dict[str, str] | None:
+    """``{"before", "intervention"}`` when the instruction ends with I_int (as ``compose.py`` writes it)."""
+    if not intervention or not text.rstrip().endswith(intervention):
+        return None
+    head = text.rstrip()
+    return {"before": head[: len(head) - len(intervention)], "intervention": intervention}
+
+
+def _instruction(build: Path, pid: str, rec: dict, notes: list[str]) -> dict[str, str] | None:
+    try:
+        case = read_probe(probe_folder(build, pid), pid)
+    except ProbeSetError as exc:
+        notes.append(f"example {pid}: no instruction ({exc})")
+        return None
+    m = case.meta
+    if (m.get("scene_id"), m.get("source_episode"), m.get("point")) != (rec["scene_id"], rec["source_episode"], rec["point"]):
+        raise ProbeSetError(f"{build}/probes/{pid}/probe.json: another scene, source episode or point than the run "
+                            "recorded: not the build the run was made from")
+    text = case.episodes[INTERVENED[case.skill]].instruction_text
+    parts = split_instruction(text, str(m.get("intervention_text") or ""))
+    if parts is None:
+        notes.append(f"example {pid}: the intervened instruction does not end with I_int; shown without highlight")
+        return {"before": text, "intervention": ""}
+    return parts
+
+
+def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_skill: int = EXAMPLES_PER_SKILL,
+                resamples: int = 2000) -> dict[str, Any]:
+    """The probe section's data (plain JSON types; figure paths inside ``figures_dir``)."""
+    agent, records = read_results(run)
+    figs = make_figures([run], figures_dir, probes, resamples=resamples)
+    notes = list(figs.notes)
+    if probes is not None:
+        read_build_manifest(Path(probes), "--probe-build")
+    else:
+        notes.append("instructions not shown: give --probe-build (the `probe build` folder of the run) to show them "
+                     "with I_int highlighted")
+    by_probe: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in records:
+        by_probe[r["probe_id"]][r["condition"]] = r
+    examples = []
+    for skill in SKILLS:
+        ids = [pid for pid, conds in by_probe.items() if next(iter(conds.values()))["skill"] == skill]
+        for pid in spread(ids, per_skill):
+            conds = by_probe[pid]
+            first = next(iter(conds.values()))
+            examples.append({
+                "probe_id": pid, "skill": skill, "variant": first.get("variant"), "scene_id": first["scene_id"],
+                "source_episode": first["source_episode"], "point": first["point"],
+                "correct_actions": first.get("correct_actions", []), "intervened_condition": INTERVENED[skill],
+                "conditions": [{"condition": c, "distribution": conds[c]["distribution"],
+                                "correct_mass": conds[c]["correct_mass"]} for c in CONDITIONS[skill] if c in conds],
+                "instruction": _instruction(Path(probes), pid, first, notes) if probes is not None else None,
+            })
+    return {"agent": agent, "run": str(run), "actions": list(ACTIONS),
+            "figures": [{"name": f.name, "title": f.title, "png": str(f.png), "svg": str(f.svg), "csv": str(f.csv),
+                         "caption": f.caption} for f in figs.figures],
+            "skipped": dict(figs.skipped), "notes": notes, "examples": examples}
