@@ -429,7 +429,10 @@ def cmd_viz_maps(args: argparse.Namespace) -> int:
 def cmd_viz_report(args: argparse.Namespace) -> int:
     from ivln_ce.viz.report import build_report
 
-    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers)
+    if args.compare_label is not None and args.compare is None:
+        raise UsageError("--compare-label: only with --compare OTHER_RESULTS")
+    rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers,
+                       compare_with=args.compare, compare_label=args.compare_label)
     for note in rep.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"report of {', '.join(rep.runs)}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
@@ -776,6 +779,10 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--split", default=None, help="only this split (default: every split in the folder)")
     vr.add_argument("--data", default=None, help="data root to use instead of the one recorded in the run's config (moved data)")
     vr.add_argument("--workers", type=int, default=None, help="processes rendering tours (default: CPU count, at most 8)")
+    vr.add_argument("--compare", default=None, metavar="OTHER_RESULTS",
+                    help="a second results folder: each run's section shows its paired per-tour differences (run - other) "
+                         "with the same split there, per metric with a hierarchical bootstrap interval (as `ivln-ce compare`)")
+    vr.add_argument("--compare-label", default=None, help="the run label in OTHER_RESULTS (when it holds several for the split)")
     vr.set_defaults(func=cmd_viz_report)
     vt = vsub.add_parser("table", help="results table across runs: mean ± standard error over seeds")
     vt.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results folders of `ivln-ce eval`")

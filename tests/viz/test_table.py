@@ -75,8 +75,10 @@ def test_table_of_real_evaluations_and_cli(evaluated, capsys):
     assert [r.name for r in rows] == ["oracle", "random"]  # differ by agent: separate rows
     stats = json.loads((evaluated / "iterative_stats_ckpt_random_val_unseen.json").read_text())
     assert rows[1].mean["SR"] == pytest.approx(100 * stats["success"]) and rows[1].mean["TL"] == pytest.approx(stats["path_length"])
+    oracle = json.loads((evaluated / "iterative_stats_ckpt_oracle_val_unseen.json").read_text())
     for head, key in (("nDTW", "ndtw"), ("SDTW", "sdtw"), ("CLS", "cls")):
-        assert rows[1].mean[head] == pytest.approx(100 * stats[key]) and stats[key] > 0
+        assert rows[1].mean[head] == pytest.approx(100 * stats[key]) and rows[0].mean[head] == pytest.approx(100 * oracle[key])
+        assert oracle[key] > stats[key]  # the oracle follows the path; the random agent does not (its SDTW is 0)
     assert rows[0].instruction == rows[1].instruction == "full"  # from the manifests
     assert main(["viz", "table", str(evaluated), "--format", "csv"]) == 0
     out = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
