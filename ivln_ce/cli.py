@@ -448,8 +448,12 @@ def cmd_viz_report(args: argparse.Namespace) -> int:
         raise UsageError("--probe-build goes with --probes (the `probe run` folder)")
     if not args.results and not (args.probes and args.out):
         raise UsageError("give --results (an evaluation), or --probes with --out (a probe report alone)")
+    if args.compare_label is not None and args.compare is None:
+        raise UsageError("--compare-label: only with --compare OTHER_RESULTS")
+    if args.compare is not None and not args.results:
+        raise UsageError("--compare pairs the runs of --results with another results folder: give --results")
     rep = build_report(args.results, args.out, label=args.label, split=args.split, data_root=args.data, workers=args.workers,
-                       probes=probes)
+                       probes=probes, compare_with=args.compare, compare_label=args.compare_label)
     for note in rep.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"report of {', '.join(rep.runs) or 'a probe run'}: {len(rep.pages)} tour pages, {rep.episodes} episodes, {rep.images} images, "
@@ -815,6 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the `probe build` folder of that run: the examples' instructions (I_int marked), the object "
                          "figure and the room figure's hop counts")
     vr.add_argument("--probe-examples", type=int, default=8, help="example probes per skill on the probe page (default 8)")
+    vr.add_argument("--compare", default=None, metavar="OTHER_RESULTS",
+                    help="a second results folder: each run's section shows its paired per-tour differences (run - other) "
+                         "with the same split there, per metric with a hierarchical bootstrap interval (as `ivln-ce compare`)")
+    vr.add_argument("--compare-label", default=None, help="the run label in OTHER_RESULTS (when it holds several for the split)")
     vr.set_defaults(func=cmd_viz_report)
     vt = vsub.add_parser("table", help="results table across runs: mean ± standard error over seeds")
     vt.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results folders of `ivln-ce eval`")

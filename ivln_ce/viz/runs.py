@@ -21,12 +21,16 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ivln_ce.data.jsonio import describe
+from ivln_ce.data.language_ablation import InstructionAblation
 from ivln_ce.viz.files import ResultsError, present, read_results_json
 
 STATS_PREFIX = "iterative_stats_ckpt_"
 KNOWN_SPLITS = ("val_unseen", "val_seen", "train", "test", "envdrop")
 
-#: the paper's results columns: (header, stats key, scale); TL and NE in metres, the rest x 100
+#: the results columns: (header, stats key, scale); TL and NE in metres, the rest x 100. The
+#: paper's columns in its order, with the fidelity measures SDTW and CLS (Jain et al. 2019,
+#: SPEC §4.2) beside SR and SPL: a run that reaches goals by ignoring the path scores high SR
+#: and SPL but low nDTW, SDTW and CLS
 COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("TL", "path_length", 1.0),
     ("NE", "distance_to_goal", 1.0),
@@ -34,10 +38,14 @@ COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("nDTW", "ndtw", 100.0),
     ("SR", "success", 100.0),
     ("SPL", "spl", 100.0),
+    ("SDTW", "sdtw", 100.0),
+    ("CLS", "cls", 100.0),
     ("t-nDTW", "tndtw", 100.0),
 )
-#: per-episode columns of the tour pages (same scaling)
-EPISODE_COLUMNS = COLUMNS[:6] + (("steps", "steps_taken", 1.0),)
+#: per-episode columns of the tour pages (same scaling): every column but the tour's t-nDTW
+EPISODE_COLUMNS = tuple(c for c in COLUMNS if c[1] != "tndtw") + (("steps", "steps_taken", 1.0),)
+#: ``eval.instruction`` of a run evaluated with the episodes' own instructions
+FULL_INSTRUCTION = "full"
 
 
 def file_component(identifier: str) -> str:
@@ -183,6 +191,22 @@ class Run:
                 return ", ".join(map(str, r)) if isinstance(r, list) else str(r)
         return None
 
+    @cached_property
+    def instruction(self) -> str:
+        """The language condition the run was evaluated under (``eval.instruction``: ``full``,
+        ``last:K``, ``none``, ``other``): from the manifest, else the stats file, else the
+        config; ``full`` where none records it (runs from before the setting existed)."""
+        m = self.manifest or {}
+        if m.get("instruction") is not None:
+            inst = expect_object(m["instruction"], f"{self.output('manifest')}: field 'instruction'")
+            return _setting(inst.get("setting"), f"{self.output('manifest')}: field 'instruction.setting'")
+        if self.stats.get("instruction") is not None:
+            return _setting(self.stats["instruction"], f"{self.output('iterative_stats')}: field 'instruction'")
+        ev = self.config.get("eval")
+        if isinstance(ev, dict) and ev.get("instruction") is not None:
+            return _setting(ev["instruction"], f"{self.output('iterative_stats')}: field 'config.eval.instruction'")
+        return FULL_INSTRUCTION
+
     def row(self) -> dict[str, float | None]:
         """The paper's columns of this run (TL, NE in metres; the rest x 100); None = not computed."""
         return {h: column_value(self.stats, k, s) for h, k, s in COLUMNS}
@@ -194,6 +218,17 @@ class Run:
                 f"{self.results}: run {self.label!r} on {self.split!r} is missing {', '.join(missing)} "
                 "(written by `ivln-ce eval` when the evaluation finishes; an interrupted run resumes with the same command)"
             )
+
+
+def _setting(value: Any, where: str) -> str:
+    """An instruction setting in its canonical text (``InstructionAblation``), or ResultsError
+    naming the field: the value ends up in table cells and page text, so only the four forms pass."""
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            return str(InstructionAblation.parse(value))
+        except ValueError:
+            pass
+    raise ResultsError(f"{where}: expected the instruction setting (full, last:K, none or other), got {describe(value)}")
 
 
 def _label_split(path: Path, stats: dict) -> tuple[str, str]:

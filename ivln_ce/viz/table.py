@@ -6,6 +6,11 @@ keys removed (output names, worker counts, image recording: nothing that changes
 runs that differ in anything else are separate rows. Extra keys to ignore (for example
 ``policy.checkpoint``, which differs between the checkpoints of training seeds) can be
 given. A reproduction pipeline calls ``results_table`` and ``format_table`` directly.
+
+The columns are the paper's with the fidelity measures SDTW and CLS beside SR and SPL
+(``runs.COLUMNS``). A run evaluated with ablated instructions (``eval.instruction`` other than
+``full``, read from its manifest) is analysis only: an ``instruction`` column names the
+condition whenever a row has one (always present in CSV, so its columns never shift).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ivln_ce.viz.runs import COLUMNS, Run, find_runs
+from ivln_ce.viz.runs import COLUMNS, FULL_INSTRUCTION, Run, find_runs
 
 #: keys that never change a metric: output names, parallelism, what gets recorded for viewing
 COSMETIC_KEYS = (
@@ -65,6 +70,9 @@ class TableRow:
     mean: dict[str, float | None]
     se: dict[str, float | None]
     config: dict[str, Any] = field(repr=False, default_factory=dict)
+    #: ``eval.instruction`` of the runs (``full``, ``last:K``, ``none``, ``other``; joined by
+    #: '/' if ``ignore`` merged runs of several conditions)
+    instruction: str = FULL_INSTRUCTION
 
     @property
     def n(self) -> int:
@@ -114,6 +122,7 @@ def results_table(run_dirs: Sequence[str | Path], split: str | None = None, labe
             mean=mean,
             se=se,
             config=idents[key],
+            instruction="/".join(sorted({m.instruction for m in members})),
         ))
     _disambiguate(rows)
     return rows
@@ -150,30 +159,36 @@ def format_table(rows: Sequence[TableRow], fmt: str = "md", digits: int = 2) -> 
     """Markdown, CSV (means and standard errors in separate columns) or a LaTeX tabular.
 
     TL and NE are in metres, the other columns x 100 (the paper's scaling); "± SE" appears
-    where a row has at least two runs."""
+    where a row has at least two runs. The ``instruction`` column follows ``split`` in CSV
+    always, in Markdown and LaTeX when some row's condition is not ``full``."""
     if fmt not in FORMATS:
         raise ValueError(f"table format must be one of {FORMATS}, got {fmt!r}")
     heads = [h for h, _, _ in COLUMNS]
+    ablated = any(r.instruction != FULL_INSTRUCTION for r in rows)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["run", "split", "n", "seeds"] + [x for h in heads for x in (h, f"{h}_se")])
+        w.writerow(["run", "split", "instruction", "n", "seeds"] + [x for h in heads for x in (h, f"{h}_se")])
         for r in rows:
             vals = []
             for h in heads:
                 vals += ["" if r.mean[h] is None else f"{r.mean[h]:.6g}", "" if r.se[h] is None else f"{r.se[h]:.6g}"]
-            w.writerow([r.name, r.split, r.n, " ".join(str(s) for s in r.seeds)] + vals)
+            w.writerow([r.name, r.split, r.instruction, r.n, " ".join(str(s) for s in r.seeds)] + vals)
         return buf.getvalue()
     if fmt == "md":
-        lines = ["| run | split | n | " + " | ".join(heads) + " |", "|---|---|---:|" + "---:|" * len(heads)]
+        inst_head, inst_rule = ("instruction | ", "---|") if ablated else ("", "")
+        lines = [f"| run | split | {inst_head}n | " + " | ".join(heads) + " |", f"|---|---|{inst_rule}---:|" + "---:|" * len(heads)]
         for r in rows:
             cells = [_cell(r.mean[h], r.se[h], digits, " ± ") for h in heads]
-            lines.append(f"| {r.name} | {r.split} | {r.n} | " + " | ".join(cells) + " |")
+            inst = f"{r.instruction} | " if ablated else ""
+            lines.append(f"| {r.name} | {r.split} | {inst}{r.n} | " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
-    lines = [r"\begin{tabular}{ll" + "r" * (1 + len(heads)) + "}", r"\toprule",
-             "run & split & $n$ & " + " & ".join(_latex_escape(h) for h in heads) + r" \\", r"\midrule"]
+    lines = [r"\begin{tabular}{ll" + ("l" if ablated else "") + "r" * (1 + len(heads)) + "}", r"\toprule",
+             "run & split & " + ("instruction & " if ablated else "") + "$n$ & " + " & ".join(_latex_escape(h) for h in heads)
+             + r" \\", r"\midrule"]
     for r in rows:
         cells = [_cell(r.mean[h], r.se[h], digits, r" $\pm$ ") for h in heads]
-        lines.append(f"{_latex_escape(r.name)} & {_latex_escape(r.split)} & {r.n} & " + " & ".join(cells) + r" \\")
+        inst = f"{_latex_escape(r.instruction)} & " if ablated else ""
+        lines.append(f"{_latex_escape(r.name)} & {_latex_escape(r.split)} & {inst}{r.n} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"

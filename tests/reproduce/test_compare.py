@@ -51,7 +51,7 @@ def test_read_tours_holds_what_the_files_say(runs, tiny_benchmark):
         assert t.values["t-nDTW"][i] == pytest.approx(100 * tours[tid]["tndtw"])
         assert t.values["tndtw_paper"][i] == pytest.approx(100 * tours[tid]["tndtw_paper"])
         eps = episodes[tid].values()
-        for metric, key in (("SR", "success"), ("SPL", "spl"), ("nDTW", "ndtw")):
+        for metric, key in (("SR", "success"), ("SPL", "spl"), ("nDTW", "ndtw"), ("SDTW", "sdtw"), ("CLS", "cls")):
             assert t.values[metric][i] == pytest.approx(100 * np.mean([e[key] for e in eps]))
     assert t.tndtw_variant == "official"
 
@@ -67,6 +67,9 @@ def test_paired_differences_and_intervals_match_the_files(runs):
     assert iv.mean == pytest.approx(np.mean(diffs)) and (iv.tours, iv.houses, iv.seeds) == (6, 2, 1)
     assert iv.mean_a - iv.mean_b == pytest.approx(iv.mean)
     assert iv.low <= iv.mean <= iv.high
+    cls_diffs = c.pairs[0].diff["CLS"]
+    assert c.intervals["CLS"].mean == pytest.approx(cls_diffs.mean()) and c.intervals["CLS"].low <= c.intervals["CLS"].high
+    assert c.metrics == ("t-nDTW", "SR", "SPL", "nDTW", "SDTW", "CLS") and c.notes == []
     # a percentile interval lies within the range of the resampled means, so within the tours' differences
     assert min(diffs) - 1e-9 <= iv.low < iv.high <= max(diffs) + 1e-9
     # the same evaluation against itself: every difference 0, a point interval

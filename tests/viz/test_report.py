@@ -313,3 +313,108 @@ def test_videos_are_copied_where_they_cannot_be_hard_linked(small_results, tmp_p
     copy = rep.pages[0].parent / unquote(video)
     source = next(results.glob("videos_*/*/*.mp4"))
     assert copy.read_bytes() == source.read_bytes() and copy.stat().st_ino != source.stat().st_ino
+
+
+def _cells(html: str, row_start: str) -> list[str]:
+    """The data-v values of the cells of the first table row that starts with ``row_start``."""
+    row = html[html.index(row_start):]
+    row = row[: row.index("</tr>")]
+    return re.findall(r'<td[^>]*?data-v="([^"]*)"', row)
+
+
+def test_report_shows_the_fidelity_metrics(evaluated, report):
+    index = parse(report.index)
+    html = report.index.read_text()
+    heads = re.findall(r'<th data-col="([^"]+)">', html)
+    assert heads == ["TL", "NE", "OS", "nDTW", "SR", "SPL", "SDTW", "CLS", "t-nDTW"]
+    for run in index.json["report-data"]["runs"]:
+        name = f"{run['label']}_{run['split']}"
+        stats = json.loads((evaluated / f"iterative_stats_ckpt_{name}.json").read_text())
+        assert run["row"]["SDTW"] == pytest.approx(100 * stats["sdtw"]) and run["row"]["CLS"] == pytest.approx(100 * stats["cls"])
+        assert run["instruction"] == "full" and run["comparison"] is None
+        # the run's line of the metrics table: tours, episodes, then the columns in order
+        cells = _cells(html, f'<tr data-run="{name}">')
+        assert float(cells[2 + 7]) == pytest.approx(100 * stats["cls"]) and float(cells[2 + 6]) == pytest.approx(100 * stats["sdtw"])
+        all_stats = json.loads((evaluated / f"iterative_all_stats_ckpt_{name}.json").read_text())
+        for t in run["tours"]:
+            eps = all_stats[t["tour_id"]].values()
+            for key in ("success", "spl", "ndtw", "sdtw", "cls"):
+                assert t[key] == pytest.approx(sum(e[key] for e in eps) / len(eps))
+        assert f'<table id="tours-{name}"' in html and "<th>SR</th><th>SPL</th><th>nDTW</th><th>SDTW</th><th>CLS</th>" in html
+    # per episode: the tour page's table has SDTW and CLS beside SR and SPL, with the episode's values
+    page = report.index.parent / "random_val_unseen" / "tour_0.html"
+    tour = parse(page).json["tour-data"]
+    assert [c[0] for c in tour["episode_columns"]] == ["TL", "NE", "OS", "nDTW", "SR", "SPL", "SDTW", "CLS", "steps"]
+    text = page.read_text()
+    for e in tour["episodes"]:
+        cells = _cells(text, f'<tr data-ep="{e["index"]}">')
+        # number, then the metric columns (the id cell has no data-v)
+        assert float(cells[1 + 6]) == pytest.approx(100 * e["metrics"]["sdtw"]) and float(cells[1 + 7]) == pytest.approx(100 * e["metrics"]["cls"])
+        assert float(cells[1 + 4]) == pytest.approx(100 * e["metrics"]["success"])
+
+
+def _planted(small_results: Path, dst: Path, setting: str = "last:5") -> Path:
+    """A copy of the one-tour results with every episode's CLS halved, SDTW zeroed, the tour's
+    t-nDTW lowered by 0.05 and the manifest saying ``setting``."""
+    shutil.copytree(small_results, dst)
+    f = dst / "iterative_all_stats_ckpt_random_val_unseen.json"
+    data = json.loads(f.read_text())
+    for eps in data.values():
+        for m in eps.values():
+            m["cls"], m["sdtw"] = m["cls"] / 2, 0.0
+    f.write_text(json.dumps(data))
+    f = dst / "tours_ckpt_random_val_unseen.json"
+    tours = json.loads(f.read_text())
+    for t in tours.values():
+        t["tndtw"] -= 0.05
+    f.write_text(json.dumps(tours))
+    f = dst / "manifest_ckpt_random_val_unseen.json"
+    manifest = json.loads(f.read_text())
+    manifest["instruction"]["setting"] = setting
+    f.write_text(json.dumps(manifest))
+    return dst
+
+
+def test_report_compares_with_a_second_results_folder(small_results, tmp_path, capsys):
+    other = _planted(small_results, tmp_path / "other")
+    eps = json.loads((small_results / "iterative_all_stats_ckpt_random_val_unseen.json").read_text())["0"].values()
+    cls = 100 * sum(e["cls"] for e in eps) / len(eps)
+    sdtw = 100 * sum(e["sdtw"] for e in eps) / len(eps)
+    assert cls > 0
+    rep = build_report(small_results, tmp_path / "out", progress=False, workers=1, compare_with=other)
+    run = parse(rep.index).json["report-data"]["runs"][0]
+    c = run["comparison"]
+    assert (c["label_a"], c["label_b"], c["instruction_a"], c["instruction_b"]) == ("random", "random", "full", "last:5")
+    iv = c["intervals"]
+    # one tour: the interval is the tour's difference itself
+    assert (iv["CLS"]["mean"], iv["CLS"]["low"], iv["CLS"]["high"]) == pytest.approx((cls / 2, cls / 2, cls / 2))
+    assert (iv["SDTW"]["mean"], iv["SDTW"]["mean_b"]) == pytest.approx((sdtw, 0.0))
+    assert iv["t-nDTW"]["mean"] == pytest.approx(5.0) and iv["SR"]["mean"] == 0.0 and iv["nDTW"]["mean"] == 0.0
+    html = rep.index.read_text()
+    table = html[html.index('<table id="compare-random_val_unseen"'):]
+    table = table[: table.index("</table>")]
+    assert re.findall(r'data-metric="([^"]+)"', table) == ["t-nDTW", "SR", "SPL", "nDTW", "SDTW", "CLS"]
+    row = table[table.index('data-metric="CLS"'):]
+    assert f"+{cls / 2:.2f}</td>" in row[: row.index("</tr>")] and 'class="sig"' in row[: row.index("</tr>")]
+    assert "Instructions: full here, last:5 in the other." in html
+    # the command line: --compare, and its errors
+    assert main(["viz", "report", "--results", str(small_results), "--out", str(tmp_path / "cli"), "--workers", "1",
+                 "--compare", str(other)]) == 0
+    capsys.readouterr()
+    assert parse(tmp_path / "cli" / "index.html").json["report-data"]["runs"][0]["comparison"]["intervals"] == iv
+    assert main(["viz", "report", "--results", str(small_results), "--out", str(tmp_path / "x"), "--compare-label", "random"]) == 2
+    assert "--compare-label: only with --compare" in capsys.readouterr().err
+    (other / "tours_random_val_unseen" / "0.json").unlink()
+    assert main(["viz", "report", "--results", str(small_results), "--out", str(tmp_path / "y"), "--compare", str(other)]) == 2
+    assert "tours_random_val_unseen/0.json: missing" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()  # the comparison failed before anything was written
+
+
+def test_a_damaged_instruction_setting_reads_na_with_a_note(small_results, tmp_path):
+    res = _planted(small_results, tmp_path / "res", setting="<b>last:5</b>")
+    rep = build_report(res, tmp_path / "out", progress=False, workers=1)
+    run = parse(rep.index).json["report-data"]["runs"][0]
+    assert run["instruction"] is None
+    html = rep.index.read_text()
+    assert "instruction condition unknown: " in html and "field &#x27;instruction.setting&#x27;" in html
+    assert "<b>last:5</b>" not in html  # escaped

@@ -48,7 +48,9 @@ def test_seeds_are_grouped_and_other_differences_are_rows(tmp_path):
 
     md = format_table(rows, "md")
     assert "| cma (policy.lr=0.0001) | val_unseen | 3 | 10.00 ± 0.58 |" in md
-    assert md.splitlines()[-1].endswith("| 20.00 | 30.00 | n/a |")
+    # SR, SPL; SDTW and CLS absent from these hand-made stats files; t-nDTW null
+    assert md.splitlines()[-1].endswith("| 20.00 | 30.00 | n/a | n/a | n/a |")
+    assert "instruction" not in md  # every run used the full instructions
     tex = format_table(rows, "latex")
     assert r"10.00 $\pm$ 0.58" in tex and r"val\_unseen" in tex and tex.startswith(r"\begin{tabular}")
     table = list(csv.DictReader(io.StringIO(format_table(rows, "csv"))))
@@ -73,6 +75,11 @@ def test_table_of_real_evaluations_and_cli(evaluated, capsys):
     assert [r.name for r in rows] == ["oracle", "random"]  # differ by agent: separate rows
     stats = json.loads((evaluated / "iterative_stats_ckpt_random_val_unseen.json").read_text())
     assert rows[1].mean["SR"] == pytest.approx(100 * stats["success"]) and rows[1].mean["TL"] == pytest.approx(stats["path_length"])
+    oracle = json.loads((evaluated / "iterative_stats_ckpt_oracle_val_unseen.json").read_text())
+    for head, key in (("nDTW", "ndtw"), ("SDTW", "sdtw"), ("CLS", "cls")):
+        assert rows[1].mean[head] == pytest.approx(100 * stats[key]) and rows[0].mean[head] == pytest.approx(100 * oracle[key])
+        assert oracle[key] > stats[key]  # the oracle follows the path; the random agent does not (its SDTW is 0)
+    assert rows[0].instruction == rows[1].instruction == "full"  # from the manifests
     assert main(["viz", "table", str(evaluated), "--format", "csv"]) == 0
     out = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [r["run"] for r in out] == ["oracle", "random"] and float(out[0]["t-nDTW"]) == pytest.approx(100 * json.loads(
@@ -96,3 +103,68 @@ def test_extreme_and_malformed_values_give_a_table_or_a_named_error(tmp_path, ca
     assert main(["viz", "table", str(tmp_path / "s1"), str(tmp_path / "s2")]) == 2
     err = capsys.readouterr().err
     assert f"{stats}: field 'config'" in err and "Traceback" not in err
+
+
+def fidelity(sr, ndtw, cls, tndtw=0.4):
+    return {**metrics(9.0, sr, tndtw), "ndtw": ndtw, "sdtw": sr * ndtw, "cls": cls}
+
+
+def write_manifest(folder, label, setting):
+    (folder / f"manifest_ckpt_{label}_val_unseen.json").write_text(json.dumps(
+        {"instruction": {"setting": setting, "seed": 0, "episodes_changed": 3, "analysis_only": setting != "full"}}))
+
+
+def test_fidelity_columns_and_the_instruction_condition(tmp_path, capsys):
+    # full instructions, two seeds; the last five tokens, one seed (a different eval.instruction: its own row)
+    write_run(tmp_path / "f1", "cma", 1, fidelity(0.50, 0.60, 0.70))
+    write_run(tmp_path / "f2", "cma", 2, fidelity(0.30, 0.40, 0.50))
+    write_run(tmp_path / "l5", "cma", 1, fidelity(0.25, 0.20, 0.30), eval__instruction="last:5")
+    for d, setting in (("f1", "full"), ("f2", "full"), ("l5", "last:5")):
+        write_manifest(tmp_path / d, "cma", setting)
+    rows = results_table([tmp_path / d for d in ("f1", "f2", "l5")])
+    full, last5 = rows
+    assert (full.n, full.instruction, last5.n, last5.instruction) == (2, "full", 1, "last:5")
+    # SDTW = SR * nDTW per run: 0.30 and 0.12 -> mean 21, se |30 - 12| / 2 = 9; CLS 70, 50 -> 60 ± 10
+    assert full.mean["SDTW"] == pytest.approx(21.0) and full.se["SDTW"] == pytest.approx(9.0)
+    assert full.mean["CLS"] == pytest.approx(60.0) and full.se["CLS"] == pytest.approx(10.0)
+    assert last5.mean["SDTW"] == pytest.approx(5.0) and last5.mean["CLS"] == pytest.approx(30.0) and last5.se["CLS"] is None
+
+    md = format_table(rows, "md").splitlines()
+    assert md[0] == "| run | split | instruction | n | TL | NE | OS | nDTW | SR | SPL | SDTW | CLS | t-nDTW |"
+    assert md[1] == "|---|---|---|---:|" + "---:|" * 9
+    assert md[2] == ("| cma (eval.instruction=None) | val_unseen | full | 2 | 9.00 ± 0.00 | 7.00 ± 0.00 | 40.00 ± 0.00 | "
+                     "50.00 ± 10.00 | 40.00 ± 10.00 | 30.00 ± 0.00 | 21.00 ± 9.00 | 60.00 ± 10.00 | 40.00 ± 0.00 |")
+    assert md[3] == ("| cma (eval.instruction=last:5) | val_unseen | last:5 | 1 | 9.00 | 7.00 | 40.00 | 20.00 | 25.00 | 30.00 | "
+                     "5.00 | 30.00 | 40.00 |")
+    table = list(csv.DictReader(io.StringIO(format_table(rows, "csv"))))
+    assert [(r["instruction"], r["n"], r["SDTW"], r["CLS"], r["CLS_se"]) for r in table] == [
+        ("full", "2", "21", "60", "10"), ("last:5", "1", "5", "30", "")]
+    tex = format_table(rows, "latex").splitlines()
+    assert tex[0] == r"\begin{tabular}{lll" + "r" * 10 + "}"
+    assert tex[2].startswith(r"run & split & instruction & $n$ & TL") and r"SDTW & CLS & t-nDTW \\" in tex[2]
+    assert r"last:5 & 1 & 9.00 & 7.00 & 40.00 & 20.00 & 25.00 & 30.00 & 5.00 & 30.00 & 40.00 \\" in tex[5]
+    # only the full runs: no instruction column in Markdown and LaTeX, still one in CSV
+    only_full = results_table([tmp_path / "f1", tmp_path / "f2"])
+    assert "instruction" not in format_table(only_full, "md") and "instruction" not in format_table(only_full, "latex")
+    assert next(csv.DictReader(io.StringIO(format_table(only_full, "csv"))))["instruction"] == "full"
+    assert main(["viz", "table", str(tmp_path / "f1"), str(tmp_path / "l5")]) == 0
+    assert "| last:5 | 1 |" in capsys.readouterr().out
+
+
+def test_the_manifest_says_the_instruction_condition(tmp_path, capsys):
+    # the manifest wins over the stats file; without either, the config; without any, full
+    write_run(tmp_path / "a", "cma", 1, {**fidelity(0.5, 0.5, 0.5), "instruction": "full"})
+    write_manifest(tmp_path / "a", "cma", "none")
+    write_run(tmp_path / "b", "cma", 2, {**fidelity(0.5, 0.5, 0.5), "instruction": "other"})
+    write_run(tmp_path / "c", "cma", 3, fidelity(0.5, 0.5, 0.5), eval__instruction="last:7")
+    write_run(tmp_path / "d", "cma", 4, fidelity(0.5, 0.5, 0.5))
+    rows = results_table([tmp_path / d for d in "abcd"], ignore=["eval.instruction"])
+    # a: none (manifest, not the stats file's full), b: other (stats), c: last:7 (config), d: full (nothing recorded)
+    assert [r.instruction for r in rows] == ["full/last:7/none/other"]  # one row (ignored key): every condition named
+    # without the ignore, c's config differs (eval.instruction): its own row
+    assert [r.instruction for r in results_table([tmp_path / d for d in "abcd"])] == ["full/none/other", "last:7"]
+    # a damaged setting names the file and the field (exit status 2 from the command)
+    write_manifest(tmp_path / "a", "cma", "last:5 | x")
+    assert main(["viz", "table", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "manifest_ckpt_cma_val_unseen.json: field 'instruction.setting'" in err and "full, last:K, none or other" in err

@@ -27,6 +27,7 @@ table.sortable thead th::after { content:" \2195"; color:#b3bcc8; font-size:11px
 table.sortable thead th[aria-sort="ascending"]::after { content:" \25B2"; color:var(--accent); }
 table.sortable thead th[aria-sort="descending"]::after { content:" \25BC"; color:var(--accent); }
 table.data tbody tr:hover { background:#eef3fb; }
+table.compare td.sig { font-weight:700; }
 table.episodes tbody tr { cursor:pointer; } table.episodes tbody tr.sel { background:#dfe9f8; }
 .badge { display:inline-block; padding:1px 7px; border-radius:9px; font-size:12px; font-weight:600; }
 .badge.ok { background:#dff3e3; color:#1f6b33; } .badge.no { background:#fbe3e1; color:#9b2b22; } .badge.na { background:#eceff3; color:var(--muted); }

@@ -5,8 +5,11 @@ the split's target tour paths, the episodes for goals and instructions) and draw
 plan once; tours are then rendered in worker processes (alignment, SVG drawings, downsampled
 map and frame images, the page), and the index is written last. Optional inputs (target
 paths, episodes, scenes, map records, frames, videos, manifest) may be missing or damaged: the
-pages say what is absent or unreadable instead of failing. The report holds everything it shows
-(videos are hard-linked or copied in), so it can be moved or shared on its own. Results files
+pages say what is absent or unreadable instead of failing. With ``compare_with``, each run's
+section also shows its paired per-tour comparison with the same split of a second results
+folder (``viz.paired``: every metric's mean difference and hierarchical bootstrap interval).
+The report holds everything it shows (videos are hard-linked or copied in), so it can be moved
+or shared on its own. Results files
 are read only from inside the results folder (``viz.files``, ``viz.records``); the report is
 written only inside its folder, never through a link.
 """
@@ -43,11 +46,14 @@ from ivln_ce.viz.report.images import (
 from ivln_ce.viz.files import (
     MAX_NAME_BYTES, ResultsError, input_file, inside, link_or_copy, output_dir, present, read_results_json, write_output,
 )
+from ivln_ce.viz.paired import Comparison, compare, comparison_json, read_tours
 from ivln_ce.viz.records import check_video, read_map_record
 from ivln_ce.viz.report.svg import Background, alignment_svg, bar_chart_svg, episode_geometry, plan_svg
 from ivln_ce.viz.runs import Run, expect_object, file_component, find_runs, number
 
 REQUIRED = ("iterative_stats", "iterative_all_stats", "dtw_data")
+#: bootstrap of ``--compare``: the defaults of ``ivln-ce compare``
+COMPARE_RESAMPLES, COMPARE_SEED = 10_000, 0
 
 
 def safe_name(text: str) -> str:
@@ -287,8 +293,11 @@ def render_tour(task: TourTask) -> dict[str, Any]:
     }
     page = write_output(page_dir / f"tour_{safe_name(task.tour_id)}.html", pages.tour_page(ctx))
     summ = task.summary or {}
-    succ = [number(m.get("success")) for m in task.metrics.values() if isinstance(m, dict)]
-    succ = [v for v in succ if v is not None]
+    means = {}
+    for key in pages.TOUR_MEAN_KEYS:
+        vals = [number(m.get(key)) for m in task.metrics.values() if isinstance(m, dict)]
+        vals = [v for v in vals if v is not None]
+        means[key] = float(np.mean(vals)) if vals else None
     return {
         "tour_id": task.tour_id,
         "scan": task.scan,
@@ -297,7 +306,7 @@ def render_tour(task: TourTask) -> dict[str, Any]:
         "tndtw_paper": number(summ.get("tndtw_paper")),
         "weight": number(summ.get("weight", None if al is None else al.weight)),
         "teleports": ctx["teleports"],
-        "success": float(np.mean(succ)) if succ else None,
+        **means,  # tour means of the episodes' success, spl, ndtw, sdtw, cls (None where no episode has one)
         "alignment_tndtw": ctx["alignment"]["tndtw"] if al is not None else None,
         "page": f"{quote(task.run_dir)}/{quote(page.name)}",
         "_images": n_images,
@@ -417,8 +426,30 @@ class _RunInputs:
         return out
 
 
-def _run_summary(run: Run, tours: list[dict], notes: list[str]) -> dict:
+def _comparison(run: Run, other: Path, other_label: str | None) -> dict:
+    """The run paired tour by tour with the same split of ``other`` (run - other), as the page
+    shows it: ``viz.paired.comparison_json`` plus the two labels. Errors (a missing per-tour
+    file, other tours, other houses) name the file and end the report: it was asked for."""
+    a = read_tours(run.results, run.split, run.label)
+    b = read_tours(other, run.split, other_label)
+    c: Comparison = compare([(a, b)], resamples=COMPARE_RESAMPLES, seed=COMPARE_SEED)
+    return {**comparison_json(c), "label_a": a.label, "label_b": b.label, "results_b": str(other),
+            "instruction_a": _instruction(run)[0], "instruction_b": _instruction(find_runs(other, b.label, run.split)[0])[0]}
+
+
+def _instruction(run: Run) -> tuple[str | None, str | None]:
+    """The run's instruction condition, or None and why where its files record a damaged one
+    (a damaged setting must not sink the report: the page says n/a)."""
+    try:
+        return run.instruction, None
+    except ResultsError as exc:
+        return None, f"instruction condition unknown: {exc}"
+
+
+def _run_summary(run: Run, tours: list[dict], notes: list[str], comparison: dict | None = None) -> dict:
     stats = {k: v for k, v in run.stats.items() if k != "config"}
+    instruction, problem = _instruction(run)
+    notes = notes + ([problem] if problem else [])
     bars = [(t["tour_id"], pages.scaled(t["tndtw"], 100), t["page"],
              f'tour {t["tour_id"]}: t-nDTW {pages.pct(t["tndtw"])}, {t["episodes"]} episodes') for t in tours]
     return {
@@ -427,6 +458,7 @@ def _run_summary(run: Run, tours: list[dict], notes: list[str]) -> dict:
         "split": run.split,
         "stats": stats,
         "row": run.row(),
+        "instruction": instruction,
         "fingerprint": run.fingerprint,
         "leaderboard_valid": run.leaderboard_valid,
         "leaderboard_note": run.leaderboard_note,
@@ -434,6 +466,7 @@ def _run_summary(run: Run, tours: list[dict], notes: list[str]) -> dict:
         "notes": run.notes + notes,
         "bars_svg": bar_chart_svg(f"tndtw-bars-{run.name}", bars),
         "tours": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tours],
+        "comparison": comparison,
     }
 
 
@@ -457,18 +490,27 @@ def build_report(
     progress: bool = True,
     settings: ImageSettings | None = None,
     probes: Callable[[Path], dict] | None = None,
+    compare_with: str | Path | None = None,
+    compare_label: str | None = None,
 ) -> Report:
     """Write the static report of every run in ``results`` (or the one ``label``/``split``).
 
     ``probes``, given the report folder, draws a probe run's figures into it and returns the
     section's data (``probes.ProbeSection.from_dict``; the CLI passes ``probe.report_part``);
     the report then has a probe page. Without ``results`` (None) the report is the probe page
-    and an index linking it, and ``out`` must be given."""
+    and an index linking it, and ``out`` must be given.
+
+    ``compare_with``: a second results folder; each run is paired tour by tour with its
+    evaluation of the same split (``compare_label`` picks it when that folder holds several)
+    and its section shows the differences run - other per metric. Computed before any page is
+    rendered, so a comparison that cannot be made fails the report at once."""
     t0 = time.perf_counter()
     settings = settings or ImageSettings()
     if results is None:
         if probes is None or out is None:
             raise ResultsError("a report needs --results (an evaluation) or --probes with --out")
+        if compare_with is not None:
+            raise ResultsError("a comparison (--compare) needs --results")
         results_path = None
         runs = []
         out = _report_folder(Path(out), out)
@@ -476,6 +518,9 @@ def build_report(
         results_path = Path(results)
         runs = find_runs(results_path, label, split)
         out = _report_folder(results_path, out)
+    comparisons: list[dict | None] = [None] * len(runs)
+    if compare_with is not None:
+        comparisons = [_comparison(r, Path(compare_with), compare_label) for r in runs]
     write_output(output_dir(out, "assets") / "report.css", assets.CSS)
     write_output(output_dir(out, "assets") / "report.js", assets.JS)
 
@@ -513,7 +558,7 @@ def build_report(
         page_paths += [Path(t["_path"]) for t in tours]
         n_images += sum(t["_images"] for t in tours)
         n_eps += sum(t["episodes"] for t in tours)
-        summaries.append(_run_summary(inp.run, tours, inp.notes))
+        summaries.append(_run_summary(inp.run, tours, inp.notes, comparisons[i]))
     section = None
     if probes is not None:
         section = ProbeSection.from_dict(probes(output_dir(out, "probes")), out)

@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from ivln_ce.data.jsonio import OutOfRangeInt
-from ivln_ce.viz.runs import COLUMNS, EPISODE_COLUMNS, number
+from ivln_ce.viz.runs import COLUMNS, EPISODE_COLUMNS, FULL_INSTRUCTION, number
 
 
 def clean(obj: Any) -> Any:
@@ -108,30 +108,36 @@ def index_page(title: str, runs: list[dict], results: str, extra: str = "") -> s
     if not runs:
         return document(title, extra + json_script("report-data", {"runs": []}), "assets")
     head = "".join(f'<th data-col="{escape(h)}">{escape(h)}</th>' for h, _, _ in COLUMNS)
+    ablated = any(r["instruction"] != FULL_INSTRUCTION for r in runs)
     rows = []
     for r in runs:
         cells = "".join(td(r["row"].get(h)) for h, _, _ in COLUMNS)
+        inst = f'<td class="l">{escape(r["instruction"] or "n/a")}</td>' if ablated else ""
         fp = r["fingerprint"]
         fp_cell = f'<code title="{escape(fp)}">{escape(fp[:12])}</code>' if fp else '<span class="muted">n/a</span>'
         rows.append(
             f'<tr data-run="{escape(r["name"])}"><td class="l"><a href="#run-{escape(r["name"])}">{escape(r["label"])}</a></td>'
-            f'<td class="l">{escape(r["split"])}</td>{td(r["stats"].get("num_tours"), 0)}{td(r["stats"].get("num_episodes"), 0)}'
+            f'<td class="l">{escape(r["split"])}</td>{inst}{td(r["stats"].get("num_tours"), 0)}{td(r["stats"].get("num_episodes"), 0)}'
             f'{cells}{td(scaled(r["stats"].get("tndtw_paper"), 100))}'
             f'<td class="l">{fp_cell}</td><td class="l" data-v="{"" if r["leaderboard_valid"] is None else int(r["leaderboard_valid"])}">'
             f'{badge(r["leaderboard_valid"], r["leaderboard_note"])}</td></tr>'
         )
     body = [
-        f'<p class="muted">Results folder <code>{escape(results)}</code>. TL and NE in metres; OS, nDTW, SR, SPL and '
-        't-nDTW &times; 100 (t-nDTW: the variant the run was configured with, official by default; paper: Eq. 1&ndash;2 '
-        'of the paper). Click a header to sort.</p>',
+        f'<p class="muted">Results folder <code>{escape(results)}</code>. TL and NE in metres; OS, nDTW, SR, SPL, SDTW, CLS and '
+        't-nDTW &times; 100 (SDTW = SR &middot; nDTW and CLS = path coverage &middot; length score measure fidelity to the '
+        'reference path, not only reaching the goal; t-nDTW: the variant the run was configured with, official by default; '
+        'paper: Eq. 1&ndash;2 of the paper).'
+        + (' Runs with an instruction other than <i>full</i> were evaluated with ablated instructions (analysis only).' if ablated else '')
+        + ' Click a header to sort.</p>',
         '<div class="scroll"><table id="metrics" class="data sortable"><thead><tr><th class="l">run</th><th class="l">split</th>'
-        f'<th>tours</th><th>episodes</th>{head}<th>t-nDTW (paper)</th><th class="l">fingerprint</th><th class="l">leaderboard</th>'
+        + ('<th class="l">instruction</th>' if ablated else '') + f'<th>tours</th><th>episodes</th>{head}<th>t-nDTW (paper)</th><th class="l">fingerprint</th><th class="l">leaderboard</th>'
         f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>',
     ]
     for r in runs:
         body.append(_run_section(r))
     body.append(extra)
-    body.append(json_script("report-data", {"runs": [{k: r[k] for k in ("label", "split", "stats", "row", "fingerprint", "leaderboard_valid", "tours")} for r in runs]}))
+    keys = ("label", "split", "instruction", "stats", "row", "fingerprint", "leaderboard_valid", "tours", "comparison")
+    body.append(json_script("report-data", {"runs": [{k: r.get(k) for k in keys} for r in runs]}))
     return document(title, "".join(body), "assets")
 
 
@@ -140,6 +146,8 @@ def _run_section(r: dict) -> str:
     tours = r["tours"]
     kv = [
         ("label / split", f'{escape(r["label"])} / {escape(r["split"])}'),
+        ("instruction", '<span class="muted">n/a</span>' if r["instruction"] is None else escape(r["instruction"]) + (
+            "" if r["instruction"] == FULL_INSTRUCTION else ' <span class="muted">(language ablation, analysis only)</span>')),
         ("config fingerprint", f'<code>{escape(r["fingerprint"])}</code>' if r["fingerprint"] else '<span class="muted">n/a</span>'),
         ("leaderboard", badge(r["leaderboard_valid"], r["leaderboard_note"]) + (f' <span class="muted">{escape(r["leaderboard_note"])}</span>' if r["leaderboard_note"] else "")),
         ("t-nDTW", f'{pct(r["stats"].get("tndtw_official", r["stats"].get("tndtw")))} (official), '
@@ -161,14 +169,57 @@ def _run_section(r: dict) -> str:
         rows.append(
             f'<tr><td class="l" data-v="{escape(t["tour_id"])}"><a href="{escape(t["page"])}">tour {escape(t["tour_id"])}</a></td>'
             f'<td class="l">{escape(t["scan"] or "")}</td>{td(t["episodes"], 0)}{td(scaled(t["tndtw"], 100))}'
-            f'{td(scaled(t["tndtw_paper"], 100))}{td(t["weight"], 0)}{td(scaled(t["success"], 100))}{td(t["teleports"], 0)}</tr>'
+            f'{td(scaled(t["tndtw_paper"], 100))}{td(t["weight"], 0)}'
+            + "".join(td(scaled(t.get(k), 100)) for k in TOUR_MEAN_KEYS) + f'{td(t["teleports"], 0)}</tr>'
         )
     parts.append(
         f'<h3>Tours</h3><table id="tours-{name}" class="data sortable tours"><thead><tr><th class="l">tour</th><th class="l">scene</th>'
-        '<th>episodes</th><th>t-nDTW</th><th>t-nDTW (paper)</th><th>weight</th><th>SR</th><th>teleports</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table></section>'
+        '<th>episodes</th><th>t-nDTW</th><th>t-nDTW (paper)</th><th>weight</th>'
+        + "".join(f"<th>{h}</th>" for h in TOUR_MEAN_KEYS.values()) + '<th>teleports</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table>'
     )
+    if r.get("comparison"):
+        parts.append(comparison_section(r["name"], r["comparison"]))
+    parts.append("</section>")
     return "".join(parts)
+
+
+#: the tour means in the tours table (episode metrics key -> header; x 100)
+TOUR_MEAN_KEYS = {"success": "SR", "spl": "SPL", "ndtw": "nDTW", "sdtw": "SDTW", "cls": "CLS"}
+
+
+def _signed(v: Any) -> str:
+    v = number(v)
+    return "n/a" if v is None else f"{v:+.2f}"
+
+
+def comparison_section(name: str, c: dict) -> str:
+    """The paired comparison of a run with another evaluation (``builder._comparison``): per
+    metric both means, the mean difference and its interval; a difference whose interval
+    excludes 0 is marked."""
+    ivs = c["intervals"]
+    any_iv = next(iter(ivs.values()))
+    a, b = c["label_a"], c["label_b"]
+    if a == b:
+        a, b = f"{a} (this)", f"{b} (other)"
+    rows = []
+    for m, iv in ivs.items():
+        sig = ' class="sig"' if iv["low"] > 0 or iv["high"] < 0 else ""
+        rows.append(f'<tr data-metric="{escape(m)}"><td class="l">{escape(m)}</td>{td(iv["mean_a"])}{td(iv["mean_b"])}'
+                    f'<td data-v="{iv["mean"]:.10g}"{sig}>{_signed(iv["mean"])}</td>'
+                    f'<td class="l">[{_signed(iv["low"])}, {_signed(iv["high"])}]</td></tr>')
+    cond = "" if c["instruction_a"] == c["instruction_b"] else (
+        f' Instructions: {escape(c["instruction_a"] or "n/a")} here, {escape(c["instruction_b"] or "n/a")} in the other.')
+    notes = "".join(f'<p class="note">{escape(n)}</p>' for n in c.get("notes", []))
+    return (
+        f'<h3>Paired comparison with <code>{escape(c["results_b"])}</code></h3>'
+        f'<p class="muted">{escape(a)} &minus; {escape(b)} on {escape(c["split"])}, paired tour by tour: {any_iv["tours"]} tours in '
+        f'{any_iv["houses"]} houses; per-tour t-nDTW ({escape(c["tndtw_field"])}) and tour means of the episode metrics, &times; 100; '
+        f'{100 * any_iv["level"]:g} % percentile interval of a hierarchical bootstrap (houses, then tours; {any_iv["resamples"]} '
+        f'resamples). Bold: the interval excludes 0.{cond}</p>'
+        f'<table id="compare-{escape(name)}" class="data compare"><thead><tr><th class="l">metric</th><th>{escape(a)}</th>'
+        f'<th>{escape(b)}</th><th>difference</th><th class="l">interval</th></tr></thead><tbody>{"".join(rows)}</tbody></table>{notes}'
+    )
 
 
 # --------------------------------------------------------------------------- tour page

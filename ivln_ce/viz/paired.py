@@ -1,0 +1,361 @@
+"""Paired per-tour differences between two evaluations of the same tours, with hierarchical
+bootstrap intervals: ``ivln-ce compare``, ``viz report --compare`` and the paper's memory
+findings (``reproduce/tables.py``, which adds the verdicts of ``reproduce/stats.py``).
+
+Why per tour and why hierarchical: a split-level t-nDTW per seed gives one number per seed,
+so three seeds say little; pairing the two settings tour by tour removes the tours' own
+difficulty from the comparison. But tours of one house share its layout and are not
+independent, so a bootstrap over tours alone would be too narrow when houses differ. Each
+replicate therefore draws, with replacement, the training seeds (when there are several),
+then the houses within each drawn seed, then the tours within each drawn house, and takes the
+mean difference of the drawn tours (``metrics/bootstrap.py``). numpy only (no torch): ``scipy`` is the test oracle.
+
+Values are on the paper's scale, x 100: t-nDTW per tour and the tour means of the episodes'
+SR, SPL, nDTW, SDTW and CLS (SDTW and CLS: the fidelity measures of Jain et al. 2019, SPEC
+§4.2). SDTW and CLS are compared where every episode of both runs has them (every
+``ivln-ce eval`` writes them); a hand-made folder without them leaves them out, with a note.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ivln_ce.data.jsonio import DataFormatError
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.viz.files import read_results_json
+from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
+
+#: the compared metrics, in the order they are shown: t-nDTW per tour, and the tour means of
+#: the per-episode metrics
+METRICS = ("t-nDTW", "SR", "SPL", "nDTW", "SDTW", "CLS")
+EPISODE_KEYS = {"SR": "success", "SPL": "spl", "nDTW": "ndtw", "SDTW": "sdtw", "CLS": "cls"}
+#: episode metrics compared only where a run has them at all (results folders made by hand may
+#: lack them); a run that has them for some episodes but not others is damaged and refused
+OPTIONAL = ("SDTW", "CLS")
+#: per-tour t-nDTW fields of ``tours_ckpt_*.json``: the configured variant, then both Euclidean ones
+TNDTW_KEYS = ("tndtw", "tndtw_official", "tndtw_paper")
+
+
+class CompareError(ResultsError):
+    """Two evaluations cannot be compared; the message names the file and the field."""
+
+
+class TourSetMismatch(CompareError):
+    """The two evaluations cover different tours (or put a tour in different houses)."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class TourTable:
+    """One evaluation's per-tour values: tour ids in id order, their houses (scans), and per
+    metric an array over the tours (NaN where a t-nDTW field is null; an ``OPTIONAL`` metric
+    is absent from ``values`` when no episode of the run has it)."""
+
+    results: Path
+    label: str
+    split: str
+    tours: tuple[str, ...]
+    houses: tuple[str, ...]
+    values: dict[str, np.ndarray]  # METRICS (t-nDTW: the configured variant) and TNDTW_KEYS
+    tndtw_variant: str | None
+    tndtw_distance: str | None
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def _number(x: Any, where: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
+        raise CompareError(f"{where}: expected a number, got {x!r}")
+    return float(x)
+
+
+def _tour_order(t: str) -> tuple[int, str]:
+    return (int(t), t) if t.isdigit() else (1 << 62, t)
+
+
+def _load(path: Path, root: Path) -> Any:
+    """A results file, read within its folder (contained, regular, bounded: ``viz.files``)."""
+    try:
+        return read_results_json(path, root)
+    except ResultsError:
+        raise
+    except DataFormatError as exc:
+        raise CompareError(str(exc)) from exc
+
+
+def _house(run: Run, tour: str) -> str:
+    f = run.folder("tours") / f"{file_component(tour)}.json"
+    if not f.exists():
+        raise CompareError(f"{f}: missing; the per-tour file of tour {tour!r} says its house (field 'scan'), which the "
+                           "hierarchical bootstrap resamples (written by `ivln-ce eval`; rerun it to restore the file)")
+    rec = _load(f, run.results)
+    scan = rec.get("scan") if isinstance(rec, dict) else None
+    if not isinstance(scan, str) or not scan:
+        raise CompareError(f"{f}: field 'scan' must name the tour's house, got {scan!r}")
+    return scan
+
+
+def read_tours(results: str | Path, split: str = "val_unseen", label: str | None = None) -> TourTable:
+    """The per-tour values of the evaluation of ``split`` in a results folder (``label`` picks one
+    run when the folder holds several): t-nDTW from ``tours_ckpt_*``, tour means of SR, SPL,
+    nDTW, SDTW and CLS from ``iterative_all_stats_ckpt_*``, houses from the per-tour files."""
+    runs = find_runs(results, label=label, split=split)
+    if len(runs) > 1:
+        raise CompareError(f"{results}: {len(runs)} evaluations of {split!r} (labels {', '.join(r.label for r in runs)}); "
+                           "name one with --label")
+    run = runs[0]
+    run.require("tours", "iterative_all_stats")
+    f_tours, f_all = run.output("tours"), run.output("iterative_all_stats")
+    per_tour, per_episode = _load(f_tours, run.results), _load(f_all, run.results)
+    for f, d in ((f_tours, per_tour), (f_all, per_episode)):
+        if not isinstance(d, dict) or not d:
+            raise CompareError(f"{f}: expected an object of tour id -> results with at least one tour")
+    if set(per_tour) != set(per_episode):
+        only = sorted(set(per_tour) ^ set(per_episode), key=_tour_order)[:5]
+        raise TourSetMismatch(f"{f_tours} and {f_all} list different tours (e.g. {only}); the folder mixes two runs")
+    tours = tuple(sorted(per_tour, key=_tour_order))
+    values: dict[str, list[float]] = {k: [] for k in (*METRICS, *TNDTW_KEYS)}
+    optional = {name: _has_metric(per_episode, EPISODE_KEYS[name], f_all) for name in OPTIONAL}
+    for t in tours:
+        row = per_tour[t]
+        if not isinstance(row, dict):
+            raise CompareError(f"{f_tours}: tour {t!r}: expected an object with 'tndtw', got {type(row).__name__}")
+        for k in TNDTW_KEYS:
+            v = row.get(k)
+            values[k].append(math.nan if v is None else _number(v, f"{f_tours}: tour {t!r}, field {k!r}"))
+        eps = per_episode[t]
+        if not isinstance(eps, dict) or not eps:
+            raise CompareError(f"{f_all}: tour {t!r}: expected an object of episode id -> metrics with at least one episode")
+        for name, key in EPISODE_KEYS.items():
+            if name in optional and not optional[name]:
+                continue
+            vals = []
+            for e, m in eps.items():
+                if not isinstance(m, dict) or key not in m:
+                    raise CompareError(f"{f_all}: tour {t!r}, episode {e!r}: field {key!r} missing")
+                vals.append(_number(m[key], f"{f_all}: tour {t!r}, episode {e!r}, field {key!r}"))
+            values[name].append(100.0 * sum(vals) / len(vals))
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items() if k not in optional or optional[k]}
+    for k in TNDTW_KEYS:
+        arrays[k] = 100.0 * arrays[k]
+    arrays["t-nDTW"] = arrays["tndtw"]
+    stats = run.stats
+    return TourTable(Path(results), run.label, split, tours, tuple(_house(run, t) for t in tours), arrays,
+                     stats.get("tndtw_variant"), stats.get("tndtw_distance"),
+                     {"stats": run.output("iterative_stats"), "tours": f_tours, "episodes": f_all, "tour_dir": run.folder("tours")})
+
+
+def _has_metric(per_episode: dict, key: str, where: Path) -> bool:
+    """Whether the run records ``key`` for its episodes: True when every episode has it, False
+    when none does; a run with it for some episodes only is refused (a damaged or mixed file)."""
+    seen = missing = None
+    for t, eps in per_episode.items():
+        if not isinstance(eps, dict):
+            continue  # read_tours names the malformed tour
+        for e, m in eps.items():
+            if isinstance(m, dict) and key in m:
+                seen = seen or (t, e)
+            else:
+                missing = missing or (t, e)
+    if seen and missing:
+        raise CompareError(f"{where}: tour {missing[0]!r}, episode {missing[1]!r}: field {key!r} missing "
+                           f"(tour {seen[0]!r}, episode {seen[1]!r} has it)")
+    return seen is not None
+
+
+# --------------------------------------------------------------------------- pairing
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Per-tour differences a - b of one pair of evaluations (one training seed)."""
+
+    tours: tuple[str, ...]
+    houses: tuple[str, ...]
+    a: dict[str, np.ndarray]
+    b: dict[str, np.ndarray]
+    tndtw_field: str  # the per-tour field the t-nDTW values come from
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The metrics both evaluations have, in ``METRICS`` order."""
+        return tuple(m for m in METRICS if m in self.a)
+
+    @property
+    def diff(self) -> dict[str, np.ndarray]:
+        return {m: self.a[m] - self.b[m] for m in self.metrics}
+
+
+def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
+    """Join two evaluations tour by tour. ``tndtw`` is the per-tour field compared: one of
+    ``TNDTW_KEYS``, or ``auto``: the configured variant (``tndtw``) where both have it for every
+    tour, else the paper variant (the official one is not computed on partial runs)."""
+    if a.split != b.split:
+        raise CompareError(f"{a.files['stats']} (split {a.split!r}) and {b.files['stats']} (split {b.split!r}): different splits")
+    if set(a.tours) != set(b.tours):
+        only_a = sorted(set(a.tours) - set(b.tours), key=_tour_order)
+        only_b = sorted(set(b.tours) - set(a.tours), key=_tour_order)
+        raise TourSetMismatch(f"{a.files['tours']} and {b.files['tours']}: the evaluations cover different tours of {a.split!r} "
+                              f"(only in the first: {only_a[:10]}{' ...' if len(only_a) > 10 else ''}; only in the second: "
+                              f"{only_b[:10]}{' ...' if len(only_b) > 10 else ''}); a paired comparison needs the same tours")
+    for t, ha, hb in zip(a.tours, a.houses, b.houses):
+        if ha != hb:
+            raise TourSetMismatch(f"{a.files['tour_dir'] / (file_component(t) + '.json')}, field 'scan': tour {t!r} is in house "
+                                  f"{ha!r}, but in {hb!r} in {b.files['tour_dir']}: the evaluations used different tour files")
+    if tndtw == "auto":
+        complete = [k for k in ("tndtw", "tndtw_paper") if not (np.isnan(a.values[k]).any() or np.isnan(b.values[k]).any())]
+        if not complete:
+            raise CompareError(f"{a.files['tours']} and {b.files['tours']}: some tour has neither 'tndtw' nor 'tndtw_paper' "
+                               "(no target tour paths for this split?)")
+        tndtw = complete[0]
+    if tndtw not in TNDTW_KEYS:
+        raise CompareError(f"t-nDTW field {tndtw!r}: choose one of {TNDTW_KEYS} or 'auto'")
+    for t in (a, b):
+        bad = np.flatnonzero(np.isnan(t.values[tndtw]))
+        if len(bad):
+            raise CompareError(f"{t.files['tours']}: tour {t.tours[bad[0]]!r}, field {tndtw!r} is null")
+    if tndtw == "tndtw" and (a.tndtw_variant, a.tndtw_distance) != (b.tndtw_variant, b.tndtw_distance):
+        raise CompareError(f"{a.files['stats']} (tndtw_variant {a.tndtw_variant!r}, tndtw_distance {a.tndtw_distance!r}) and "
+                           f"{b.files['stats']} ({b.tndtw_variant!r}, {b.tndtw_distance!r}): the configured t-nDTW differs; "
+                           "compare one variant of both (tndtw_official or tndtw_paper)")
+    ib = {t: i for i, t in enumerate(b.tours)}
+    order = np.array([ib[t] for t in a.tours])
+
+    shared = [m for m in METRICS if m in a.values and m in b.values]
+
+    def pick(tab: TourTable, idx=None) -> dict[str, np.ndarray]:
+        vals = {m: tab.values[m] for m in shared}
+        vals["t-nDTW"] = tab.values[tndtw]
+        return {m: (v if idx is None else v[idx]) for m, v in vals.items()}
+
+    return Paired(a.tours, a.houses, pick(a), pick(b, order), tndtw)
+
+
+# --------------------------------------------------------------------------- the bootstrap
+
+# ``hierarchical_bootstrap`` lives in ``metrics/bootstrap.py`` (shared with ``probe/``); imported above.
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The mean paired difference of one metric and its percentile bootstrap interval."""
+
+    metric: str
+    mean: float
+    low: float
+    high: float
+    level: float
+    resamples: int
+    seeds: int
+    houses: int
+    tours: int
+    mean_a: float
+    mean_b: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Intervals per metric over every pair (seed), and the per-tour rows behind them."""
+
+    intervals: dict[str, Interval]
+    pairs: list[Paired]
+    tndtw_field: str
+    split: str
+    sources: list[tuple[str, str]]  # (results a, results b) per seed
+    notes: list[str] = field(default_factory=list)  # metrics left out, and why
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(self.intervals)
+
+
+def compare(pairs: Sequence[tuple[TourTable, TourTable]], resamples: int = 10_000, seed: int = 0, level: float = 0.95,
+            tndtw: str = "auto") -> Comparison:
+    """Paired differences (first minus second) over one or more training seeds, each given as
+    a pair of evaluations of the same tours, with hierarchical bootstrap intervals (seeds, then
+    houses, then tours). One random stream (``seed``) draws the replicates of every metric, so
+    the metrics' intervals come from the same resamples."""
+    if not pairs:
+        raise CompareError("nothing to compare: no pair of evaluations")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if tndtw == "auto":  # one field for every seed: the configured variant only if all have it
+        fields = [pair(a, b, "auto").tndtw_field for a, b in pairs]
+        tndtw = "tndtw" if all(f == "tndtw" for f in fields) else "tndtw_paper"
+    paired = [pair(a, b, tndtw) for a, b in pairs]
+    splits = {a.split for a, _ in pairs}
+    if len(splits) > 1:
+        raise CompareError(f"the pairs evaluate different splits: {sorted(splits)}")
+    metrics = [m for m in METRICS if all(m in p.a for p in paired)]
+    notes = [f"{m} not compared: {', '.join(sorted({str(t.files['episodes']) for ab in pairs for t in ab if m not in t.values}))} "
+             f"record(s) no {EPISODE_KEYS[m]!r} for any episode" for m in METRICS if m not in metrics]
+    diffs = np.concatenate([np.stack([p.diff[m] for m in metrics], axis=1) for p in paired])
+    seeds = np.concatenate([np.full(len(p.tours), i) for i, p in enumerate(paired)])
+    houses = np.concatenate([np.asarray(p.houses) for p in paired])
+    groups = ([seeds] if len(paired) > 1 else []) + [houses]
+    boot = hierarchical_bootstrap(diffs, groups, resamples, np.random.default_rng(seed))
+    tail = 100.0 * (1.0 - level) / 2.0
+    lows, highs = np.percentile(boot, [tail, 100.0 - tail], axis=0)
+    intervals = {}
+    for j, m in enumerate(metrics):
+        a = np.concatenate([p.a[m] for p in paired])
+        b = np.concatenate([p.b[m] for p in paired])
+        intervals[m] = Interval(m, float(diffs[:, j].mean()), float(lows[j]), float(highs[j]), level, resamples, len(paired),
+                                len(set(houses.tolist())), len({t for p in paired for t in p.tours}), float(a.mean()), float(b.mean()))
+    return Comparison(intervals, paired, tndtw, splits.pop(), [(str(a.results), str(b.results)) for a, b in pairs], notes)
+
+
+# --------------------------------------------------------------------------- presentation
+
+
+def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_tour: bool = True) -> str:
+    """The paired table: per tour (one seed) the t-nDTW of both and the difference, and the
+    differences of the tour means of the episode metrics; then per metric the means, the mean
+    difference and its interval; then what was left out."""
+    lines = []
+    others = [m for m in c.metrics if m != "t-nDTW"]
+    if per_tour:
+        for s, p in enumerate(c.pairs):
+            head = f"seed pair {s + 1}: " if len(c.pairs) > 1 else ""
+            lines.append(f"{head}per-tour t-nDTW ({c.tndtw_field}) and differences {names[0]} - {names[1]} "
+                         f"of the tour means{' of ' + ', '.join(others) if others else ''}, x100")
+            lines.append(f"{'tour':>8} {'house':>16} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}"
+                         + "".join(f" {m:>7}" for m in others))
+            for i, t in enumerate(p.tours):
+                a, b = p.a["t-nDTW"][i], p.b["t-nDTW"][i]
+                lines.append(f"{t:>8} {p.houses[i][:16]:>16} {a:9.2f} {b:9.2f} {a - b:+8.2f}"
+                             + "".join(f" {p.a[m][i] - p.b[m][i]:+7.2f}" for m in others))
+            lines.append("")
+    any_iv = next(iter(c.intervals.values()))
+    tours, houses = (f"{k} {w}{'' if k == 1 else 's'}" for k, w in ((any_iv.tours, "tour"), (any_iv.houses, "house")))
+    lines.append(f"{c.split}: {names[0]} - {names[1]}, paired per tour; {tours} in {houses}, "
+                 f"{any_iv.seeds} seed(s); {100 * any_iv.level:g} % percentile interval of a hierarchical bootstrap "
+                 f"({'seeds, ' if any_iv.seeds > 1 else ''}houses, tours; {any_iv.resamples} resamples)")
+    lines.append(f"{'metric':>7} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}   interval")
+    for m, iv in c.intervals.items():
+        lines.append(f"{m:>7} {iv.mean_a:9.2f} {iv.mean_b:9.2f} {iv.mean:+8.2f}   [{iv.low:+.2f}, {iv.high:+.2f}]")
+    lines += [f"note: {n}" for n in c.notes]
+    return "\n".join(lines)
+
+
+def comparison_json(c: Comparison) -> dict[str, Any]:
+    """The comparison as JSON: intervals per metric, notes, and every tour's values of both runs."""
+    return {
+        "split": c.split,
+        "tndtw_field": c.tndtw_field,
+        "sources": [{"a": a, "b": b} for a, b in c.sources],
+        "intervals": {m: iv.as_dict() for m, iv in c.intervals.items()},
+        "notes": list(c.notes),
+        "per_tour": [{"tour": t, "house": h, **{f"{m} a": float(p.a[m][i]) for m in c.metrics},
+                      **{f"{m} b": float(p.b[m][i]) for m in c.metrics}, "seed_pair": s}
+                     for s, p in enumerate(c.pairs) for i, (t, h) in enumerate(zip(p.tours, p.houses))],
+    }

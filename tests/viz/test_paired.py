@@ -1,0 +1,119 @@
+"""Paired comparisons of hand-made results folders (docs/formats.md, "results folders"): a
+difference planted in CLS, SDTW and t-nDTW comes back as the mean difference, and the
+hierarchical bootstrap interval is worked out by hand; metrics a folder lacks are left out
+with a note; ``ivln-ce compare`` prints and writes them."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ivln_ce.cli import main
+from ivln_ce.viz.paired import METRICS, CompareError, compare, comparison_json, format_comparison, read_tours
+
+# 4 tours in 2 houses, 2 episodes each
+HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
+
+
+def episode(sr, ndtw, cls, spl=0.5):
+    return {"success": sr, "spl": spl * sr, "ndtw": ndtw, "sdtw": sr * ndtw, "cls": cls, "steps_taken": 20}
+
+
+def write_eval(folder, label, episodes, tndtw, instruction="full", drop=()):
+    """A results folder as `ivln-ce eval` writes it, reduced to what the comparison reads:
+    the stats file, per-tour t-nDTW, per-episode metrics and the per-tour files (houses)."""
+    folder.mkdir(parents=True)
+    eps = {t: {f"{t}_{k}": {m: v for m, v in e.items() if m not in drop} for k, e in enumerate(es)} for t, es in episodes.items()}
+    (folder / f"iterative_stats_ckpt_{label}_val_unseen.json").write_text(json.dumps(
+        {"split": "val_unseen", "label": label, "tndtw_variant": "official", "tndtw_distance": "euclidean", "instruction": instruction}))
+    (folder / f"tours_ckpt_{label}_val_unseen.json").write_text(json.dumps(
+        {t: {"tndtw": v, "tndtw_official": v, "tndtw_paper": v, "weight": 1, "episodes": 2} for t, v in tndtw.items()}))
+    (folder / f"iterative_all_stats_ckpt_{label}_val_unseen.json").write_text(json.dumps(eps))
+    (folder / f"tours_{label}_val_unseen").mkdir()
+    for t, h in HOUSES.items():
+        (folder / f"tours_{label}_val_unseen" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": h}))
+    return folder
+
+
+# full instructions: every episode succeeds with nDTW 0.8 and CLS 0.7
+FULL = {t: [episode(1.0, 0.8, 0.7), episode(1.0, 0.8, 0.7)] for t in HOUSES}
+# the last five tokens: house_a's tours lose 0.1 of CLS in both episodes; house_b's lose 0.3 of CLS, and in one
+# episode of each tour the agent fails (SR 0, so SDTW 0) with nDTW 0.6 instead of 0.8
+LAST5 = {t: [episode(1.0, 0.8, 0.6), episode(1.0, 0.8, 0.6)] for t in ("0", "1")}
+LAST5 |= {t: [episode(1.0, 0.8, 0.4), episode(0.0, 0.6, 0.4)] for t in ("2", "3")}
+TNDTW_FULL = {"0": 0.70, "1": 0.60, "2": 0.50, "3": 0.40}
+TNDTW_LAST5 = {"0": 0.60, "1": 0.50, "2": 0.20, "3": 0.10}  # -10 in house_a, -30 in house_b
+
+
+@pytest.fixture
+def folders(tmp_path):
+    return (write_eval(tmp_path / "full", "cma", FULL, TNDTW_FULL),
+            write_eval(tmp_path / "last5", "cma-instruction_last5", LAST5, TNDTW_LAST5, instruction="last:5"))
+
+
+def test_planted_differences_come_back_per_tour_and_as_intervals(folders):
+    a, b = read_tours(folders[0]), read_tours(folders[1])
+    assert a.tours == ("0", "1", "2", "3") and a.houses == tuple(HOUSES.values())
+    assert list(b.values["CLS"]) == pytest.approx([60, 60, 40, 40])
+    assert list(b.values["SDTW"]) == pytest.approx([80, 80, 40, 40])  # (0.8 + 0) / 2 in house_b
+    assert list(b.values["nDTW"]) == pytest.approx([80, 80, 70, 70])
+    c = compare([(a, b)], resamples=4000, seed=0)
+    assert c.metrics == METRICS and c.notes == []
+    p = c.pairs[0]
+    assert list(p.diff["CLS"]) == pytest.approx([10, 10, 30, 30])
+    assert list(p.diff["SDTW"]) == pytest.approx([0, 0, 40, 40])
+    assert list(p.diff["t-nDTW"]) == pytest.approx([10, 10, 30, 30])
+    # Every tour of a house has the same difference, so a replicate's mean is set by the houses drawn:
+    # both house_a (1/4): 10, one of each (1/2): 20, both house_b (1/4): 30 (CLS). Each end has 25 % of
+    # the mass, more than the 2.5 % tails: the 95 % interval is [10, 30] (SDTW: [0, 40]).
+    cls, sdtw, sr = c.intervals["CLS"], c.intervals["SDTW"], c.intervals["SR"]
+    assert (cls.mean, cls.low, cls.high, cls.mean_a, cls.mean_b) == pytest.approx((20, 10, 30, 70, 50))
+    assert (sdtw.mean, sdtw.low, sdtw.high, sdtw.mean_a, sdtw.mean_b) == pytest.approx((20, 0, 40, 80, 60))
+    assert (sr.mean, sr.low, sr.high) == pytest.approx((25, 0, 50))
+    assert (cls.tours, cls.houses, cls.seeds) == (4, 2, 1)
+    # the reverse comparison flips every sign
+    back = compare([(b, a)], resamples=4000, seed=0).intervals["CLS"]
+    assert (back.mean, back.low, back.high) == pytest.approx((-20, -30, -10))
+
+
+def test_table_and_json_of_the_comparison(folders):
+    c = compare([(read_tours(folders[0]), read_tours(folders[1]))], resamples=2000, seed=0)
+    text = format_comparison(c, ("full", "last5"))
+    assert "    tour            house      full     last5     diff      SR     SPL    nDTW    SDTW     CLS" in text
+    # tour 2: SR 100 vs 50, SPL (0.5 SR per episode) 50 vs 25, nDTW 80 vs 70, SDTW 80 vs 40, CLS 70 vs 40
+    assert "       2          house_b     50.00     20.00   +30.00  +50.00  +25.00  +10.00  +40.00  +30.00\n" in text
+    assert "    CLS     70.00     50.00   +20.00   [+10.00, +30.00]" in text
+    assert "   SDTW     80.00     60.00   +20.00   [+0.00, +40.00]" in text
+    js = comparison_json(c)
+    assert set(js["intervals"]) == set(METRICS) and js["notes"] == []
+    row = js["per_tour"][2]
+    assert (row["tour"], row["house"], row["CLS a"], row["CLS b"], row["SDTW b"]) == pytest.approx(("2", "house_b", 70, 40, 40))
+
+
+def test_a_folder_without_cls_leaves_it_out_with_a_note(folders, tmp_path):
+    old = write_eval(tmp_path / "old", "cma", FULL, TNDTW_FULL, drop=("cls",))
+    assert "CLS" not in read_tours(old).values and "SDTW" in read_tours(old).values
+    c = compare([(read_tours(old), read_tours(folders[1]))], resamples=500)
+    assert c.metrics == ("t-nDTW", "SR", "SPL", "nDTW", "SDTW")
+    assert len(c.notes) == 1 and c.notes[0].startswith("CLS not compared: ") and "old/iterative_all_stats_ckpt_cma_val_unseen.json" in c.notes[0]
+    assert "note: CLS not compared" in format_comparison(c)
+    # some episodes with CLS and some without: a damaged file, refused with the episode named
+    f = folders[1] / "iterative_all_stats_ckpt_cma-instruction_last5_val_unseen.json"
+    data = json.loads(f.read_text())
+    del data["3"]["3_1"]["cls"]
+    f.write_text(json.dumps(data))
+    with pytest.raises(CompareError, match=r"iterative_all_stats_ckpt_cma-instruction_last5_val_unseen\.json: tour '3', "
+                                           r"episode '3_1': field 'cls' missing \(tour '0', episode '0_0' has it\)"):
+        read_tours(folders[1])
+
+
+def test_cli_compare_reports_the_fidelity_metrics(folders, tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert main(["compare", str(folders[0]), str(folders[1]), "--resamples", "2000", "--expect", "greater", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "    CLS     70.00     50.00   +20.00   [+10.00, +30.00]" in text
+    assert "CLS: reproduced (expected cma > cma-instruction_last5; interval [+10.00, +30.00])" in text
+    assert "SDTW: inconclusive" in text  # [0, 40] touches 0
+    report = json.loads(out.read_text())
+    assert report["verdicts"]["CLS"]["word"] == "reproduced" and report["intervals"]["nDTW"]["mean"] == pytest.approx(5.0)
+    assert np.allclose([r["CLS a"] - r["CLS b"] for r in report["per_tour"]], [10, 10, 30, 30])
