@@ -513,14 +513,13 @@ def build_report(
             raise ResultsError("a comparison (--compare) needs --results")
         results_path = None
         runs = []
-        out = _report_folder(Path(out), out)
     else:
         results_path = Path(results)
         runs = find_runs(results_path, label, split)
-        out = _report_folder(results_path, out)
     comparisons: list[dict | None] = [None] * len(runs)
     if compare_with is not None:
         comparisons = [_comparison(r, Path(compare_with), compare_label) for r in runs]
+    out = _report_folder(results_path, out) if results_path is not None else _report_folder(Path(out), out)
     write_output(output_dir(out, "assets") / "report.css", assets.CSS)
     write_output(output_dir(out, "assets") / "report.js", assets.JS)
 
