@@ -300,14 +300,19 @@ def cmd_data_tours(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_simulator_overrides(args: argparse.Namespace, command: str, scenes_flag: str) -> None:
+    """Commands that build data take ``simulator.*`` overrides only, and only with scenes."""
+    bad = [o for o in args.overrides if not o.startswith("simulator.")]
+    if bad:
+        raise UsageError(f"only simulator.* overrides apply to {command}, got {bad}")
+    if args.overrides and not args.scenes_dir:
+        raise UsageError(f"simulator.* overrides need {scenes_flag} (without scenes no simulator runs)")
+
+
 def cmd_data_r4r(args: argparse.Namespace) -> int:
     from ivln_ce.benchmark.r4r import R4RRequest, build_r4r
 
-    bad = [o for o in args.overrides if not o.startswith("simulator.")]
-    if bad:
-        raise UsageError(f"only simulator.* overrides apply to data r4r, got {bad}")
-    if args.overrides and not args.scenes_dir:
-        raise UsageError("simulator.* overrides need --scenes (without scenes no simulator runs)")
+    _check_simulator_overrides(args, "data r4r", "--scenes")
     req = R4RRequest(episodes=Path(args.episodes), out=Path(args.out), distance=args.distance, threshold=args.threshold,
                      scenes_dir=Path(args.scenes_dir) if args.scenes_dir else None, max_per_scene=args.max_per_scene,
                      seed=args.seed, max_dy=args.max_dy, padded_length=args.padded_length, overrides=tuple(args.overrides))
@@ -321,11 +326,7 @@ def cmd_data_r4r(args: argparse.Namespace) -> int:
 def cmd_data_perturb(args: argparse.Namespace) -> int:
     from ivln_ce.benchmark.perturb import PerturbRequest, build_perturbed
 
-    bad = [o for o in args.overrides if not o.startswith("simulator.")]
-    if bad:
-        raise UsageError(f"only simulator.* overrides apply to data perturb, got {bad}")
-    if args.overrides and not args.scenes_dir:
-        raise UsageError("simulator.* overrides need --scenes-dir (without scenes no simulator runs)")
+    _check_simulator_overrides(args, "data perturb", "--scenes-dir")
     if args.detour_offset is not None and len(args.detour_offset) != 2:
         raise UsageError("--detour-offset takes two numbers: MIN MAX (m)")
     req = PerturbRequest(episodes=Path(args.episodes), out=Path(args.out), kinds=args.kinds, seed=args.seed,
