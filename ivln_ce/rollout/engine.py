@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np
 
 from ivln_ce.config import EnvConfig, SimulatorConfig, as_dataclass
 from ivln_ce.data.episodes import ReferenceTrajectory

@@ -35,7 +35,6 @@ import functools
 import json
 import logging
 import math
-import os
 import re
 import shutil
 import sys
