@@ -140,3 +140,101 @@ def summarise(pairs: Sequence[CompatPair], scores: np.ndarray, labels: Sequence[
         for r in ranking.values():
             r["clean_higher"] = r["clean_higher"] / r["pairs"]
     return ScoreSummary(len(idx), auc, by_kind, by_family, ranking)
+
+
+@dataclass
+class ScoreRequest:
+    checkpoint: Path
+    episodes: list[Path]
+    scenes_dir: Path
+    out: Path
+    #: None (no labels), "perturbation" (an episode with a perturbation record is 0, else 1) or a JSON file
+    labels: str | None = None
+    cache: Path | None = None
+    batch_size: int = 64
+    device: str = "cpu"
+
+
+def _labels_file(path: Path, n_files: int) -> dict[str, int]:
+    from ivln_ce.data.jsonio import read_json
+
+    if n_files != 1:
+        raise ValueError(f"--labels {path}: a labels file applies to exactly one --episodes file, got {n_files}")
+    raw = read_json(path)
+    table = raw.get("labels") if isinstance(raw, dict) else None
+    if not isinstance(table, dict):
+        raise DataFormatError(f"{path}: expected an object with a 'labels' object (episode id -> 0 or 1)")
+    bad = [k for k, v in table.items() if v not in (0, 1) or isinstance(v, bool)]
+    if bad:
+        raise DataFormatError(f"{path}: labels of episode(s) {bad[:5]}: expected 0 or 1")
+    return {str(k): int(v) for k, v in table.items()}
+
+
+def score_instructions(req: ScoreRequest, show_progress: bool = True) -> dict:
+    """Score every episode of the files; write ``req.out`` (JSON, atomically) and return it."""
+    from ivln_ce.data.episodes import load_episodes
+    from ivln_ce.data.jsonio import write_json
+    from ivln_ce.fidelity.compat_data import clean_path_index, pairs_of
+    from ivln_ce.fidelity.compat_features import FrameEncoder
+
+    if req.labels not in (None, "perturbation") and not Path(req.labels).is_file():
+        raise FileNotFoundError(f"--labels {req.labels}: no such file (or use --labels perturbation)")
+    if not Path(req.scenes_dir).is_dir():
+        raise FileNotFoundError(f"--scenes-dir {req.scenes_dir}: no such folder")
+    out = Path(req.out)
+    if not out.name.endswith(".json"):
+        raise ValueError(f"--out {out}: expected a .json file name")
+    loaded = load_compat_checkpoint(req.checkpoint, req.device)
+    datasets = [load_episodes(f) for f in req.episodes]
+    # perturbed files name their source episodes; the first file without perturbations is their source
+    clean_index: dict[str, str] = {}
+    pairs_per_file = []
+    for f, ds in zip(req.episodes, datasets):
+        pairs = pairs_of(ds, str(f), clean_index)
+        if not clean_index and all(p.kind == CLEAN for p in pairs):
+            clean_index = clean_path_index(pairs, ds)
+        pairs_per_file.append(pairs)
+    source_file = next((i for i, ps in enumerate(pairs_per_file) if ps and all(p.kind == CLEAN for p in ps)), None)
+    pairs = [p for ps in pairs_per_file for p in ps]
+    file_of = [i for i, ps in enumerate(pairs_per_file) for _ in ps]
+    if req.labels is None:
+        labels: list[int | None] = [None] * len(pairs)
+    elif req.labels == "perturbation":
+        labels = [p.label for p in pairs]
+    else:
+        table = _labels_file(Path(req.labels), len(req.episodes))
+        labels = [table.get(p.episode_id) for p in pairs]
+    encoder = FrameEncoder(loaded.settings, req.scenes_dir, req.device)
+    try:
+        cache = FeatureCache(encoder, req.cache)
+        cache.fill([p.path for p in pairs], show_progress=show_progress)
+        scores, probs = score_pairs(loaded.model, pairs, cache, loaded.settings, loaded.vocab, req.batch_size, req.device)
+    finally:
+        encoder.close()
+    sources = None
+    if source_file is not None:
+        sources = {p.episode_id: k for k, (p, fi) in enumerate(zip(pairs, file_of)) if fi == source_file}
+    summary = summarise(pairs, scores, labels, sources)
+    rows = [{"file": fi, "episode_id": p.episode_id, "kind": p.kind, "source_episode_id": p.source_episode_id,
+             "score": float(s), "probability": float(q), "label": lab}
+            for p, fi, s, q, lab in zip(pairs, file_of, scores, probs, labels)]
+    report = {"format": SCORES_FORMAT, "checkpoint": str(req.checkpoint), "files": [str(f) for f in req.episodes],
+              "labels": req.labels, "labelled": summary.n, "auc": summary.auc, "auc_by_kind": summary.auc_by_kind,
+              "auc_by_family": summary.auc_by_family, "ranking": summary.ranking, "scores": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, report, indent=1)
+    return report
+
+
+def format_report(report: dict) -> str:
+    """A Markdown table of the AUCs and rankings."""
+    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = [f"{len(report['scores'])} instructions scored, {report['labelled']} labelled; AUC (all labelled): {f(report['auc'])}"]
+    if report["auc_by_kind"]:
+        lines += ["", "| negatives | AUC clean vs them | clean ranked above its own variant (pairs) |", "|---|---:|---:|"]
+        for fam, v in report["auc_by_family"].items():
+            lines.append(f"| {fam} family | {f(v)} | |")
+        for kind, v in report["auc_by_kind"].items():
+            r = report["ranking"].get(kind)
+            lines.append(f"| {kind} | {f(v)} | " + (f"{r['clean_higher']:.3f} ({r['pairs']})" if r else "-") + " |")
+    return "\n".join(lines) + "\n"
