@@ -424,6 +424,42 @@ def cmd_train_rednet(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_compat(args: argparse.Namespace) -> int:
+    from ivln_ce.fidelity.compat_features import ViewSettings
+    from ivln_ce.fidelity.compat_train import CompatTrainConfig, CompatTrainError, train_compat
+
+    if len(args.mix) != 3:
+        raise UsageError("--mix takes three weights: GROUND_TRUTH INSTRUCTION TRAJECTORY (the seed: 2 1 1)")
+    views = ViewSettings(spacing=args.spacing, max_viewpoints=args.max_viewpoints, views=args.views, size=args.size,
+                         rgb_weights=args.rgb_weights or "")
+    cfg = CompatTrainConfig(episodes=args.episodes, scenes_dir=args.scenes_dir, out=args.out, perturbed=args.perturbed,
+                            val_episodes=args.val_episodes, val_perturbed=args.val_perturbed, epochs=args.epochs,
+                            batch_size=args.batch_size, lr=args.lr, seed=args.seed, gamma=args.gamma, beta=args.beta,
+                            mix=tuple(args.mix), resume_every=args.resume_every, device=args.device, views=views)
+    try:
+        summary = train_compat(cfg)
+    except CompatTrainError as exc:
+        raise UsageError(str(exc)) from exc
+    last = summary["history"][-1] if summary["history"] else {}
+    val = f", val AUC {last['val_auc']:.3f}" if last.get("val_auc") is not None else ""
+    print(f"{summary['checkpoint']}: {summary['epochs']} epoch(s), {summary['steps']} steps{val} "
+          f"(TensorBoard: tensorboard --logdir {args.out}/tb)")
+    return 0
+
+
+def cmd_score_instructions(args: argparse.Namespace) -> int:
+    from ivln_ce.fidelity.compat_score import ScoreRequest, format_report, score_instructions
+
+    req = ScoreRequest(checkpoint=Path(args.checkpoint), episodes=[Path(e) for e in args.episodes],
+                       scenes_dir=Path(args.scenes_dir), out=Path(args.out), labels=args.labels,
+                       cache=Path(args.feature_cache) if args.feature_cache else None, batch_size=args.batch_size,
+                       device=args.device)
+    report = score_instructions(req)
+    print(format_report(report), end="")
+    print(f"scores -> {args.out}")
+    return 0
+
+
 def cmd_viz_maps(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -800,6 +836,39 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-eval-houses", type=int, default=None)
     tr.add_argument("--no-resume", action="store_true")
     tr.set_defaults(func=cmd_train_rednet)
+
+    tc = sub.add_parser("train-compat", help="train the instruction-trajectory compatibility model (seed 002 §4; resumable)")
+    tc.add_argument("--episodes", required=True, help="clean training episodes (compatible pairs; a path's other instructions are paraphrase positives)")
+    tc.add_argument("--scenes-dir", required=True, help="scenes of the episodes (frames are rendered along every path)")
+    tc.add_argument("--out", required=True, help="run folder: compat.pt, resume.pt, tb/, history.json, features/")
+    tc.add_argument("--perturbed", default=None, help="`data perturb` output for --episodes (default: made into OUT/perturbed_train.json.gz)")
+    tc.add_argument("--val-episodes", default=None, help="clean episodes for the validation AUC after every epoch")
+    tc.add_argument("--val-perturbed", default=None, help="`data perturb` output for --val-episodes (default: made into OUT)")
+    tc.add_argument("--epochs", type=int, default=10)
+    tc.add_argument("--batch-size", type=int, default=16, help="pairs per batch, split 2:1:1 (a multiple of 4)")
+    tc.add_argument("--lr", type=float, default=1e-3)
+    tc.add_argument("--seed", type=int, default=0)
+    tc.add_argument("--gamma", type=float, default=2.0, help="focal loss gamma (0: cross entropy)")
+    tc.add_argument("--beta", type=float, default=1.0, help="weight of the classification loss")
+    tc.add_argument("--mix", type=int, nargs="+", default=[2, 1, 1], help="ground truth : instruction-perturbed : trajectory-perturbed")
+    tc.add_argument("--resume-every", type=int, default=0, help="also write resume.pt every N steps (0: after every epoch only)")
+    tc.add_argument("--device", default="cpu")
+    tc.add_argument("--spacing", type=float, default=1.5, help="metres between viewpoints along a path")
+    tc.add_argument("--max-viewpoints", type=int, default=12)
+    tc.add_argument("--views", type=int, default=4, help="panorama views per viewpoint (one more looks back)")
+    tc.add_argument("--size", type=int, default=64, help="frame size (px)")
+    tc.add_argument("--rgb-weights", default=None, help="ResNet-18 weights for the frozen RGB trunk (default: seeded random)")
+    tc.set_defaults(func=cmd_train_compat)
+    si = sub.add_parser("score-instructions", help="compatibility scores of instructions with their paths, ROC AUC with labels")
+    si.add_argument("--checkpoint", required=True, help="compat.pt of `ivln-ce train-compat`")
+    si.add_argument("--episodes", required=True, nargs="+", help="episode files (a clean file and `data perturb` outputs of it)")
+    si.add_argument("--scenes-dir", required=True)
+    si.add_argument("--out", required=True, help="scores JSON")
+    si.add_argument("--labels", default=None, help="'perturbation' (perturbed episodes are 0, others 1) or a JSON file {labels: {episode_id: 0|1}}")
+    si.add_argument("--feature-cache", default=None, help="folder of cached path features (reused when made from the same inputs)")
+    si.add_argument("--batch-size", type=int, default=64)
+    si.add_argument("--device", default="cpu")
+    si.set_defaults(func=cmd_score_instructions)
 
     vz = sub.add_parser("viz", help="pictures")
     vsub = vz.add_subparsers(dest="viz_command", required=True)
