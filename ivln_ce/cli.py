@@ -802,7 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
     prun.add_argument("--config", action="append", help="YAML config (repeatable, applied in order), e.g. a recipe")
     prun.add_argument("--skills", default="",
                       help="comma-separated: stop, direction, object, room (default: every skill of the build)")
-    prun.add_argument("--limit", type=int, default=0, help="only the first N probe ids of each skill (quick looks; 0 = all)")
+    prun.add_argument("--limit", type=int, default=0, help="only N probe ids of each skill, spread evenly over the sorted ids and so over the houses (quick looks; 0 = all)")
     prun.add_argument("--waypoint-radius", type=float, default=0.25,
                       help="metres within which the teacher counts a point of the path as reached (default 0.25)")
     prun.add_argument("overrides", nargs="*", help="config overrides, e.g. eval.agent=forward_biased, policy.checkpoint=...")

@@ -174,9 +174,18 @@ def read_probe_meta(root: Path, probe_id: str) -> dict[str, Any]:
     return _meta(probe_folder(root, probe_id) / PROBE_FILE, probe_id)
 
 
+def spread(names: list[str], limit: int) -> list[str]:
+    """``limit`` of the sorted ``names`` at even strides, the first included (all when ``limit`` is
+    0 or covers them). Ids sort by source episode, and so by scene: the first ``limit`` ids would
+    all come from one house, which a hierarchical bootstrap over scenes cannot use."""
+    if limit <= 0 or limit >= len(names):
+        return list(names)
+    return [names[(i * len(names)) // limit] for i in range(limit)]
+
+
 def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, limit: int = 0) -> ProbeSet:
     """The probes of a finished build (``skills`` only, None: every skill the build has; ``limit``
-    > 0: the first ``limit`` probe ids of each skill, in sorted order, for quick looks)."""
+    > 0: ``limit`` probe ids of each skill spread evenly over their sorted order, for quick looks)."""
     root = Path(folder)
     marker = read_build_manifest(root)
     manifest = root / MANIFEST
@@ -193,7 +202,7 @@ def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, li
         skill = name.split("-", 1)[0]
         if skill in by_skill:
             by_skill[skill].append(name)
-    chosen = sorted(n for s in skills for n in (by_skill[s][:limit] if limit > 0 else by_skill[s]))
+    chosen = sorted(n for s in skills for n in spread(by_skill[s], limit))
     probes = []
     for name in chosen:
         d = probes_dir / name

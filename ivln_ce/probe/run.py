@@ -59,7 +59,7 @@ class RunRequest:
     config: tuple[str, ...] = ()  # config files, in order
     overrides: tuple[str, ...] = ()
     skills: tuple[str, ...] | None = None  # None: every skill of the build
-    limit: int = 0  # > 0: the first `limit` probe ids of each skill
+    limit: int = 0  # > 0: `limit` probe ids of each skill, spread evenly over the sorted ids
     teacher: TeacherRule = TeacherRule()
     resamples: int = RESAMPLES
     progress: bool = True

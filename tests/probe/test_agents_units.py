@@ -175,3 +175,14 @@ def test_the_policy_scorer_returns_the_softmax_and_remembers_the_teacher():
     p = scorer.step(views, [MOVE_FORWARD, TURN_LEFT])
     assert p == pytest.approx(torch.softmax(agent.policy.last_logits, 1).numpy())
     assert agent.recorded == [(["s1:a", "s2:b"], [MOVE_FORWARD, TURN_LEFT])]
+
+
+def test_limit_spreads_over_the_sorted_ids_so_every_house_is_sampled():
+    from ivln_ce.probe.probe_set import spread
+
+    names = [f"stop-e{house}{k:02d}-p1" for house in (1, 2, 3) for k in range(10)]  # 10 probes per house, sorted
+    got = spread(names, 3)
+    assert got == [names[0], names[10], names[20]]  # one per house, where the first 3 would all be house 1
+    assert spread(names, 4) == [names[0], names[7], names[15], names[22]]
+    assert spread(names, 0) == names and spread(names, 30) == names and spread(names, 99) == names
+    assert set(spread(names, 5)) <= set(spread(names, 10))  # a smaller even stride is a subset here
