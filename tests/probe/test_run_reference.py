@@ -62,7 +62,8 @@ def test_reference_agents_score_what_the_hand_says(probes, tiny_benchmark, tmp_p
     direction = [m for m in metas.values() if m["skill"] == "direction"]
     stop = [m for m in metas.values() if m["skill"] == "stop"]
     seeking = [m for m in metas.values() if m["skill"] in ("object", "room")]
-    assert len(stop) == 6 and len(direction) == 6 and {m["target_sector"] for m in direction} == set(WEIGHT)
+    # --limit spreads its picks over the sorted ids (every house), so sectors may repeat
+    assert len(stop) == 6 and len(direction) == 6 and len({m["target_sector"] for m in direction}) >= 3
     assert len(seeking) == 12 and {m["skill"] for m in seeking} == {"object", "room"}
     assert len(records) == 3 * 6 + 2 * 6 * 3 and not report.skipped
     for r in records:  # every record is filed under its probe, with that probe's grounding actions
@@ -106,8 +107,10 @@ def test_reference_agents_score_what_the_hand_says(probes, tiny_benchmark, tmp_p
         assert all(r["distribution"][0] == 0.0 for r in records)  # it never stops
     assert scores["stop"].score == pytest.approx(want_stop, abs=1e-6)
     assert scores["direction"].score == pytest.approx(np.mean(list(want_dir.values())), abs=1e-6)
-    for m in direction:
-        assert scores[f"direction:{m['target_sector']}"].score == pytest.approx(want_dir[m["probe_id"]], abs=1e-6)
+    for sector in {m["target_sector"] for m in direction}:
+        mine = [want_dir[m["probe_id"]] for m in direction if m["target_sector"] == sector]
+        assert scores[f"direction:{sector}"].score == pytest.approx(np.mean(mine), abs=1e-6)
+        assert scores[f"direction:{sector}"].probes == len(mine)
     eff = effects[("direction", "intervention", "no_intervention")]
     assert eff.effect == pytest.approx(np.mean(list(want_effect.values())), abs=1e-6)
     assert eff.low <= eff.effect <= eff.high
