@@ -80,20 +80,21 @@ def test_each_reading_is_filed_under_its_probe_and_condition(probes, tiny_benchm
 
 @pytest.mark.slow  # several runs; the fast suite keeps probe build's resume test
 def test_resume_reuses_only_identical_inputs(probes, tiny_benchmark, tmp_path, capsys):
+    SD = ("stop", "direction")  # the counts below are for two skills (the build has four)
     mine = tmp_path / "probes"
     shutil.copytree(probes, mine)
     out = tmp_path / "out"
-    first = run(mine, tiny_benchmark, out, "eval.agent=uniform", limit=2)
+    first = run(mine, tiny_benchmark, out, "eval.agent=uniform", limit=2, skills=SD)
     assert (first.computed, first.reused) == (4, 0)
     before = (out / "probe_results.json").read_bytes()
     assert main(["probe", "run", "--probes", str(mine), "--out", str(out), "--data", str(tiny_benchmark), "--limit", "2",
-                 "eval.agent=uniform"]) == 0
+                 "--skills", "stop,direction", "eval.agent=uniform"]) == 0
     printed = capsys.readouterr().out
     assert "probe run (uniform): 4 probes; 0 computed, 4 reused" in printed and "stop                        2       25.00" in printed
     assert json.loads((out / "probe_results.json").read_bytes())["records"] == json.loads(before)["records"]
     # another agent, another teacher rule: nothing is reused
-    assert run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2).reused == 0
-    assert run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2,
+    assert run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2, skills=SD).reused == 0
+    assert run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2, skills=SD,
                teacher=TeacherRule(waypoint_radius=0.3)).reused == 0
     # one probe's episodes change: only it is recomputed; a damaged record is recomputed too
     stop = read_probe_set(mine, ("stop",), limit=1).probes[0]
@@ -103,10 +104,10 @@ def test_resume_reuses_only_identical_inputs(probes, tiny_benchmark, tmp_path, c
     eps.write(f)
     other = sorted(p.name for p in (out / "records").iterdir() if p.stem != stop.probe_id)[0]
     (out / "records" / other).write_text("{")
-    got = run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2, teacher=TeacherRule(waypoint_radius=0.3))
+    got = run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=2, skills=SD, teacher=TeacherRule(waypoint_radius=0.3))
     assert (got.computed, got.reused) == (2, 2)
     # fewer probes: the others' records are removed
-    fewer = run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=1, teacher=TeacherRule(waypoint_radius=0.3))
+    fewer = run(mine, tiny_benchmark, out, "eval.agent=forward_biased", limit=1, skills=SD, teacher=TeacherRule(waypoint_radius=0.3))
     assert (fewer.reused, fewer.removed) == (2, 2) and len(list((out / "records").iterdir())) == 2
     # the tables of several runs (one agent each)
     other_agent = tmp_path / "oracle"
