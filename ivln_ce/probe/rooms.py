@@ -7,7 +7,8 @@ Definitions (docs/formats.md gives them with the fields):
   scene. p_j in no region gives no room probe (``no_current_region``), nor does a scene whose
   only types are the current ones (``no_other_room_type``).
 * A region's **floor points** are the navigable points of a grid with ``spacing`` metres inside
-  its box (at p_j's height). d_geo(p_j, R) is the smallest geodesic distance from p_j to one of
+  its box (at p_j's height, or at the region's floor when the annotations put it on another
+  floor). d_geo(p_j, R) is the smallest geodesic distance from p_j to one of
   them, and the **nearest region of a type** is the region of that type with the smallest
   d_geo; its d_geo is recorded for a later rollout measure (the seed's delta d). A type none of
   whose floor points can be reached gives no probe (``unreachable``).
@@ -143,7 +144,7 @@ class RoomFinder:
 
     def _floor(self, region: Region, y: float) -> np.ndarray:
         if region.region_id not in self._floors:
-            self._floors[region.region_id] = floor_points(self.sim, region, y, self.rule)
+            self._floors[region.region_id] = floor_points(self.sim, region, region.floor_y(y), self.rule)
         return self._floors[region.region_id]
 
     def targets(self, p: Sequence[float], heading: float) -> tuple[list[RoomTarget], dict[str, int], str | None]:

@@ -55,6 +55,34 @@ class StepResult:
     collided: bool
 
 
+@dataclass(frozen=True)
+class AnnotatedObject:
+    """One annotated object of a scene: its instance id as the semantic sensor reports it."""
+
+    instance_id: int
+    raw_category: str  # the annotator's category ("kitchen cabinet")
+    mpcat40: str  # its mpcat40 class ("cabinet")
+
+
+@dataclass(frozen=True)
+class AnnotatedRegion:
+    """One annotated room: an index of its own, the annotation's label, its world-frame box."""
+
+    region_id: int  # position in the scene's region list (ids in files are strings)
+    label: str  # the dataset's room label, as given ("familyroom/lounge")
+    lo: tuple[float, float, float]  # box corner, min per axis (x, y, z)
+    hi: tuple[float, float, float]
+    level: int | None = None  # the floor it is on, where the dataset says
+
+
+@dataclass(frozen=True)
+class SceneAnnotations:
+    """What a backend knows of a scene's objects and rooms (behavioural probes read it)."""
+
+    objects: tuple[AnnotatedObject, ...]
+    regions: tuple[AnnotatedRegion, ...]
+
+
 def check_sensors(config: SimulatorConfig) -> list[str]:
     unknown = [s for s in config.sensors if s not in SENSORS]
     if unknown:

@@ -39,7 +39,10 @@ from ivln_ce.sim.base import (
     TURN_LEFT,
     TURN_RIGHT,
     AgentState,
+    AnnotatedObject,
+    AnnotatedRegion,
     Observations,
+    SceneAnnotations,
     SimulatorError,
     StepResult,
     check_sensors,
@@ -271,6 +274,37 @@ def _vec3(p: Sequence[float], what: str = "point") -> np.ndarray:
     return v
 
 
+def _instance_id(obj) -> int | None:
+    """The semantic sensor's id of an object: the integer after the last ``_`` of its id."""
+    if obj.category is None:
+        return None
+    try:
+        inst = int(str(obj.id).split("_")[-1])
+    except ValueError:
+        return None
+    return inst if inst >= 0 else None
+
+
+def _box_corners(aabb) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """(lo, hi) per axis of a ``BBox`` (<= 0.3.2) or a Magnum ``Range3D`` (>= 0.3.3); None if not finite."""
+    if hasattr(aabb, "min") and hasattr(aabb, "max"):
+        a, b = np.asarray(list(aabb.min), dtype=np.float64), np.asarray(list(aabb.max), dtype=np.float64)
+    else:
+        center = np.asarray(aabb.center, dtype=np.float64).reshape(3)
+        half = np.abs(np.asarray(aabb.sizes, dtype=np.float64).reshape(3)) / 2
+        a, b = center - half, center + half
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return None
+    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+
+def _level_of(region_id: str) -> int | None:
+    """The level of an MP3D region id ``"<level>_<region>"``; None for any other form."""
+    head, sep, _ = region_id.partition("_")
+    return int(head) if sep and head.isdigit() else None
+
+
 class HabitatSimulator:
     """Implements ``sim.base.Simulator`` on habitat-sim.
 
@@ -463,20 +497,49 @@ class HabitatSimulator:
             )
         entries = []
         for obj in objects:
-            category = obj.category
-            if category is None:
-                continue
-            try:
-                inst = int(str(obj.id).split("_")[-1])
-            except ValueError:
-                continue
-            if inst < 0:
-                continue
-            entries.append((inst, map_class(category.name(mapping="mpcat40"), category.name(mapping="raw"))))
+            inst = _instance_id(obj)
+            if inst is not None:
+                entries.append((inst, map_class(obj.category.name(mapping="mpcat40"), obj.category.name(mapping="raw"))))
         lut = np.zeros(max((i for i, _ in entries), default=0) + 1, dtype=np.uint8)
         for inst, cls in entries:
             lut[inst] = cls
         return lut
+
+    def semantic_annotations(self) -> SceneAnnotations:
+        """The loaded scene's objects (instance id, raw and mpcat40 category) and rooms (label, box).
+
+        Read from habitat-sim's semantic scene (for MP3D, the ``.house`` file): objects as the
+        semantic sensor numbers them (the integer suffix of ``SemanticObject.id``, as
+        ``_semantic_lut``), regions with ``category.name()`` (MP3D: ``"bathroom"``,
+        ``"familyroom/lounge"``...) and ``aabb``, which is a ``BBox`` (``center``, ``sizes``)
+        up to 0.3.2 and a Magnum ``Range3D`` (``min``, ``max``) from 0.3.3. The MP3D loader
+        rotates both box corners into the y-up frame, so a corner's axes can come swapped: the
+        box is taken per axis, smaller to larger. A scene with no semantic scene is refused.
+        """
+        if self._sim is None:
+            raise SimulatorError("semantic_annotations: no scene is loaded (call load_scene first)")
+        semantic_scene = self._sim.semantic_scene
+        if semantic_scene is None:
+            raise SimulatorError(
+                f"{self.scene_id}: habitat-sim loaded no semantic scene, so the scene's objects and rooms are "
+                f"unknown; for Matterport3D the annotations are the .house file beside the scene and the scene "
+                f"dataset config (simulator.scene_dataset_config)")
+        objects = []
+        for obj in semantic_scene.objects:
+            inst = None if obj is None else _instance_id(obj)
+            if inst is not None:
+                objects.append(AnnotatedObject(inst, str(obj.category.name(mapping="raw")),
+                                               str(obj.category.name(mapping="mpcat40"))))
+        regions = []
+        for index, region in enumerate(semantic_scene.regions):
+            if region is None or region.category is None:
+                continue
+            corners = _box_corners(region.aabb)
+            if corners is None:
+                continue
+            regions.append(AnnotatedRegion(index, str(region.category.name()), corners[0], corners[1],
+                                           _level_of(str(region.id))))
+        return SceneAnnotations(tuple(objects), tuple(regions))
 
     @property
     def sim(self):

@@ -151,7 +151,7 @@ def test_room_filters():
     sealed = PointTargets(sim, semantics_from_layout(walled), None, FreeSpaceRule())
     assert sealed.rooms_at(P, 0.0) == ([], {"unreachable": 2}, None)
     sim.close()
-    with pytest.raises(SemanticsUnavailable, match="semantic_scene.objects and .regions"):
+    with pytest.raises(SemanticsUnavailable, match="neither an embedded layout nor semantic_annotations"):
         scene_semantics(GridSim(room_with_wall()))
 
 

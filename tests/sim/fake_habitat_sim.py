@@ -71,6 +71,10 @@ Sources (facebookresearch/habitat-sim unless noted), checked with the project's 
   ``SemanticScene.objects``; ``SemanticObject.id`` ("<level>_<region>_<object>"),
   ``.category``; ``Mp3dObjectCategory.name(mapping="")``: ``""`` or ``"mpcat40"`` give the
   mpcat40 name, ``"raw"`` the raw category name (anything else logs an error and returns "").
+  ``SemanticScene.regions``; ``SemanticRegion.id`` ("<level>_<region>"), ``.category``
+  (``Mp3dRegionCategory.name()``: the room name of the .house label code), ``.aabb``: a ``BBox``
+  (``sizes``, ``center``) up to 0.3.2, a Magnum ``Range3D`` (``min``, ``max``; ``center()``
+  and ``size()`` are methods) from 0.3.3 (SemanticScene.h at each tag).
 * jacobkrantz/IVLN-CE ``habitat_extensions/sensors.py`` (``Semantic12Sensor``): the official
   caller uses ``category.name(mapping="mpcat40")`` and ``category.name(mapping="raw")``.
 
@@ -768,18 +772,114 @@ class SemanticObject(_Strict):
         return self._values["_category"]
 
 
+class BBox(_Strict):
+    """``aabb`` up to 0.3.2: Eigen ``box3f`` bound as ``BBox`` with only ``sizes`` and ``center``
+    (numpy arrays). The box keeps its corners as given, so a rotated MP3D box can have a
+    negative size on a swapped axis (Mp3dSemanticScene.cpp builds it from two rotated corners)."""
+
+    _SOURCE = "src/esp/bindings/Bindings.cpp (box3f as BBox, v0.2.5-v0.3.2)"
+    _FIELDS = {}
+    __slots__ = ()
+
+    def __init__(self, a, b):
+        super().__init__()
+        self._values.update(_a=np.asarray(a, np.float32), _b=np.asarray(b, np.float32))
+
+    @property
+    def sizes(self):
+        return self._values["_b"] - self._values["_a"]
+
+    @property
+    def center(self):
+        return (self._values["_a"] + self._values["_b"]) / 2
+
+
+class Range3D(_Strict):
+    """``aabb`` from 0.3.3: ``Mn::Range3D`` (magnum.Range3D): ``min``/``max`` properties,
+    ``center()``/``size()`` methods (not properties: reading ``.center`` as a point fails)."""
+
+    _SOURCE = "src/esp/scene/SemanticScene.h (v0.3.3+: Mn::Range3D aabb()), magnum-bindings math.range.h"
+    _FIELDS = {}
+    __slots__ = ()
+
+    def __init__(self, a, b):
+        super().__init__()
+        self._values.update(_a=Vector3(a), _b=Vector3(b))
+
+    @property
+    def min(self):
+        return self._values["_a"]
+
+    @property
+    def max(self):
+        return self._values["_b"]
+
+    def center(self):
+        return Vector3((np.asarray(self._values["_a"]) + np.asarray(self._values["_b"])) / 2)
+
+    def size(self):
+        return Vector3(np.asarray(self._values["_b"]) - np.asarray(self._values["_a"]))
+
+
+class Mp3dRegionCategory(_Strict):
+    """``category`` of an MP3D region: ``name()`` maps the .house label code to its room name
+    (kRegionCategoryMap: ``"bathroom"``, ``"familyroom/lounge"``, ...) whatever the mapping."""
+
+    _SOURCE = "src/esp/scene/Mp3dSemanticScene.cpp (Mp3dRegionCategory)"
+    _FIELDS = {}
+    __slots__ = ()
+
+    def __init__(self, name: str):
+        super().__init__()
+        self._values.update(_name=name)
+
+    def name(self, mapping=""):
+        _str(mapping, "Mp3dRegionCategory.name(mapping)")
+        return self._values["_name"]
+
+    def index(self, mapping=""):
+        _str(mapping, "Mp3dRegionCategory.index(mapping)")
+        return 0
+
+
+class SemanticRegion(_Strict):
+    _SOURCE = "src/esp/bindings/SceneBindings.cpp (SemanticRegion)"
+    _FIELDS = {}
+    __slots__ = ()
+
+    def __init__(self, rid: str, category, aabb):
+        super().__init__()
+        self._values.update(_id=rid, _category=category, _aabb=aabb)
+
+    @property
+    def id(self):
+        return self._values["_id"]
+
+    @property
+    def category(self):
+        return self._values["_category"]
+
+    @property
+    def aabb(self):
+        return self._values["_aabb"]
+
+
 class SemanticScene(_Strict):
     _SOURCE = "src/esp/bindings/SceneBindings.cpp (SemanticScene)"
     _FIELDS = {}
     __slots__ = ()
 
-    def __init__(self, objects):
+    def __init__(self, objects, regions=()):
         super().__init__()
-        self._values.update(_objects=objects)
+        self._values.update(_objects=objects, _regions=list(regions))
 
     @property
     def objects(self):
         return list(self._values["_objects"])
+
+    @property
+    def regions(self):
+        return list(self._values["_regions"])
 
     @property
     def categories(self):
@@ -797,7 +897,9 @@ class World:
     ``dataset_navmesh``: habitat-sim finds a navmesh on its own (scene dataset) although no
     ``<scene>.navmesh`` file exists. ``semantic_descriptor``: False when habitat-sim finds no
     semantic descriptor (``semantic_scene`` is then None). ``mp3d``: an MP3D stage, whose
-    semantic mesh needs the dataset config's frame.
+    semantic mesh needs the dataset config's frame. ``regions``: (region id ``"<level>_<index>"``,
+    room name or None for no category, corner a, corner b) in the world frame, corners as the
+    loader leaves them (not sorted per axis).
     """
 
     islands: list[Rect]
@@ -808,6 +910,7 @@ class World:
     semantic_descriptor: bool = True
     mp3d: bool = False
     name_calls: list = field(default_factory=list)
+    regions: list = field(default_factory=list)
 
 
 def _default_render(kind: SensorType, h: int, w: int):
@@ -901,7 +1004,10 @@ class Simulator(_Strict):
             oid, mpcat40, raw = entry
             cat = None if mpcat40 is None else Mp3dObjectCategory(mpcat40, raw, world.name_calls)
             objs.append(SemanticObject(oid, cat))
-        return SemanticScene(objs)
+        box = Range3D if self._values["hub"].release["magnum_vector3"] else BBox
+        regions = [SemanticRegion(rid, None if name is None else Mp3dRegionCategory(name), box(a, b))
+                   for rid, name, a, b in world.regions]
+        return SemanticScene(objs, regions)
 
     def reconfigure(self, configuration):
         self._sanitize(configuration)

@@ -671,3 +671,66 @@ def test_the_results_manifest_records_the_habitat_version(monkeypatch):
     assert simulator_record("habitat", [worker, dict(worker)]) == {
         "backend": "habitat", "navmesh": ["a.navmesh"], "version": ["habitat-sim 0.3.4 (module __version__ 0.3.3)"]}
     assert simulator_record("embedded", [{"navmesh": "grid", "sim_version": None}]) == {"backend": "embedded", "navmesh": ["grid"]}
+
+
+# ---------------------------------------------------------------------------- annotations for probes (issue 27)
+UPPER = fake.Rect(0.0, 6.0, 0.0, 4.0, y=3.0)  # island 2: the floor above ROOM, no stairs to it
+REGIONS = [
+    ("0_0", "kitchen", (0.0, 0.0, 0.0), (3.0, 2.5, 4.0)),
+    ("0_1", "familyroom/lounge", (6.0, 2.5, 0.0), (3.0, 0.0, 4.0)),  # corners swapped on x and y, as rotated
+    ("1_2", "bedroom", (0.0, 3.0, 0.0), (6.0, 5.5, 4.0)),  # straight above ROOM
+    ("0_3", "other room", (10.0, 0.0, 10.0), (12.0, 2.5, 12.0)),  # names no room: never a target
+    ("0_4", None, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),  # no category: skipped
+]
+
+
+@pytest.fixture
+def annotated(hab):
+    hab.worlds[hab.scene] = fake.World([ROOM, CLOSET, UPPER], objects=OBJECTS, render=_render, regions=REGIONS)
+    return hab
+
+
+def test_semantic_annotations_read_objects_and_regions_of_both_box_types(annotated):
+    sim = make(annotated, sensors=("rgb", "depth"))
+    ann = sim.semantic_annotations()
+    assert [(o.instance_id, o.raw_category, o.mpcat40) for o in ann.objects] == [
+        (1, "wall", "wall"), (2, "refrigerator", "appliances"), (3, "bed", "bed"), (5, "sofa", "furniture"),
+        (7, "chest of drawers", "furniture"), (8, "armchair", "chair")]
+    got = [(r.region_id, r.label, r.lo, r.hi, r.level) for r in ann.regions]
+    assert got == [
+        (0, "kitchen", (0.0, 0.0, 0.0), (3.0, 2.5, 4.0), 0),
+        (1, "familyroom/lounge", (3.0, 0.0, 0.0), (6.0, 2.5, 4.0), 0),  # sorted per axis
+        (2, "bedroom", (0.0, 3.0, 0.0), (6.0, 5.5, 4.0), 1),
+        (3, "other room", (10.0, 0.0, 10.0), (12.0, 2.5, 12.0), 0)]
+
+
+def test_semantic_annotations_refuse_a_scene_without_a_semantic_scene(annotated):
+    annotated.worlds[annotated.scene].semantic_descriptor = False
+    sim = make(annotated, sensors=("rgb", "depth"))
+    with pytest.raises(SimulatorError, match="no semantic scene"):
+        sim.semantic_annotations()
+
+
+def test_room_probe_targets_on_habitat_use_mp3d_names_and_stay_on_the_floor(annotated):
+    from ivln_ce.probe.rooms import RoomFinder, RoomRule
+    from ivln_ce.probe.semantics import scene_semantics
+
+    sim = make(annotated, sensors=("rgb", "depth"))
+    sem = scene_semantics(sim)
+    assert {i: (o.name, o.structural) for i, o in sem.objects.items()} == {
+        1: ("wall", True), 2: ("refrigerator", False), 3: ("bed", False), 5: ("sofa", False),
+        7: ("chest of drawers", False), 8: ("armchair", False)}
+    assert [(r.region_id, r.room_type) for r in sem.regions] == [
+        (0, "kitchen"), (1, "family room"), (2, "bedroom"), (3, None)]
+    p = np.array([1.0, 0.0, 2.0])
+    assert [r.region_id for r in sem.regions_at(p)] == [0]  # the bedroom above holds x, z but not y
+    assert [r.region_id for r in sem.regions_at([1.0, 3.0, 2.0])] == [2]
+    targets, skipped, why = RoomFinder(sim, sem, RoomRule()).targets(p, -math.pi / 2)  # facing +x
+    assert why is None and skipped == {"unreachable": 1}  # the bedroom: another floor, no stairs
+    (t,) = targets
+    # the family room's floor grid starts at x = 3.125, z = 0.125 + 0.25 k; the nearest points to
+    # (1, 2) are z = 1.875 and 2.125, equally far; the first in row order wins
+    assert (t.room_type, t.region_id, t.hops, t.variant) == ("family room", 1, 1, "1_hop")
+    assert t.nearest_point == pytest.approx((3.125, 0.0, 1.875))
+    assert t.geodesic_distance == pytest.approx(math.hypot(2.125, 0.125), abs=1e-4)
+    assert t.current_type == "kitchen" and abs(t.relative_deg) < 15
