@@ -240,6 +240,11 @@ class StoreCodec(str, enum.Enum):
     zlib = "zlib"  # compressed per array (maps compress well)
 
 
+class Precision(str, enum.Enum):
+    fp32 = "fp32"  # float32 everywhere (the official numbers)
+    bf16 = "bf16"  # torch.autocast with bfloat16: matmuls and convolutions in bf16, weights, GRU state and losses fp32
+
+
 @dataclass
 class TrainConfig:
     """The trainers of SPEC §9. Defaults are the paper's values (§9.1, §9.7); the embedded-scale
@@ -319,6 +324,8 @@ class TrainConfig:
     #: the tours (ids) of those splits that the in-training evaluation runs; empty = every tour.
     #: A few tours make a cheap learning curve; the final numbers come from ``ivln-ce eval``
     eval_tours: list[str] = field(default_factory=list)
+    #: arithmetic of the training forward pass (docs/results/precision.md measures bf16 on CPU)
+    precision: Precision = Precision.fp32
 
 
 @dataclass
@@ -383,6 +390,8 @@ class EvalConfig:
     instruction: str = "full"
     #: seed of the draw of ``instruction: other``
     instruction_seed: int = 0
+    #: arithmetic of the policy's steps (fp32 or bf16 autocast; encoders outside the policy stay fp32)
+    precision: Precision = Precision.fp32
 
 
 @dataclass

@@ -19,9 +19,12 @@ run on the tiny synthetic benchmark:
    maps are compared with the collected ones (largest feature difference; maps, labels and
    progress must be identical), so the ratio is at numerically equivalent training data.
 4. **Train** from the store: optimizer steps/s and timesteps/s at ``--batch`` episodes per
-   batch, split into data loading + collate, forward, backward, optimizer.
+   batch, split into data loading + collate, forward, backward, optimizer; with
+   ``--precision fp32,bf16`` once per precision from the same weights and batches, with the
+   speed ratio and the largest relative gap between the two loss curves.
 
     python scripts/bench_train.py [--data data/synthetic_tiny] [--episodes 24] [--batch 5] [--steps 10] [--small]
+                                  [--precision fp32,bf16]
 """
 
 from __future__ import annotations
@@ -141,11 +144,14 @@ def store_sizes(src: Path, tmp: Path) -> dict[str, float]:
     return out
 
 
-def train_speed(args, name: str, store_dir: Path) -> dict[str, float]:
-    """Optimizer steps from the store with a per-phase breakdown (single process, ``--device``)."""
+def train_speed(args, name: str, store_dir: Path, precision: str = "fp32") -> dict[str, float]:
+    """Optimizer steps from the store with a per-phase breakdown (single process, ``--device``),
+    the forward pass in ``precision`` (fp32, or bf16 autocast as ``train.precision``); the same
+    seeded initial weights and batches for every precision, so the losses are comparable."""
     from ivln_ce.models.factory import build_policy
     from ivln_ce.training.batching import bucketed_batches, collate
     from ivln_ce.training.store import TrajectoryStore
+    from ivln_ce.models.precision import autocast
     from ivln_ce.training.trainer import batch_losses
 
     store = TrajectoryStore(store_dir)
@@ -165,6 +171,7 @@ def train_speed(args, name: str, store_dir: Path) -> dict[str, float]:
     batches = bucketed_batches([store.steps(i) for i in range(len(store))], args.batch, 0, 0, 0)
     t = {"load+collate": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     timesteps = done = 0
+    step_losses: list[float] = []
     import importlib.util
 
     sampler_spec = importlib.util.spec_from_file_location("gpu_sampler", Path(__file__).with_name("gpu_sampler.py"))
@@ -177,7 +184,9 @@ def train_speed(args, name: str, store_dir: Path) -> dict[str, float]:
         batch = collate([store[i] for i in b]).to(args.device)
         sync()
         t1 = time.perf_counter()
-        losses = batch_losses(policy, batch, 1.0 if name == "map_cma" else 0.0, len(b), int(batch.valid.sum()), 1)
+        with autocast(precision, args.device):
+            losses = batch_losses(policy, batch, 1.0 if name == "map_cma" else 0.0, len(b), int(batch.valid.sum()), 1)
+        step_losses.append(float(losses["loss"]))
         sync()
         t2 = time.perf_counter()
         opt.zero_grad()
@@ -198,10 +207,51 @@ def train_speed(args, name: str, store_dir: Path) -> dict[str, float]:
         sampler.__exit__()
         busy = sampler.busy
     out = {"optimizer_steps_per_s": done / total, "timesteps_per_s": timesteps / total,
-           **{f"{k} %": 100 * v / total for k, v in t.items()}}
+           **{f"{k} %": 100 * v / total for k, v in t.items()}, "losses": step_losses}
     if busy is not None:
         out["gpu busy %"] = 100 * busy
     return out
+
+
+def act_speed(args, name: str, store_dir: Path, precision: str, max_steps: int = 200) -> dict[str, float]:
+    """Evaluation-style policy steps (``PolicyAgent``'s ``policy.act`` at batch 1, as each CPU
+    evaluation worker runs it) over stored episodes, in ``precision``: ms per step and the
+    argmax actions, so two precisions can be compared step by step from the same weights."""
+    from ivln_ce.models.cma import PolicyState
+    from ivln_ce.models.factory import build_policy
+    from ivln_ce.models.precision import autocast
+    from ivln_ce.training.store import TrajectoryStore
+
+    store = TrajectoryStore(store_dir)
+    over = [f"policy.name={name}"] + (["policy.depth_backbone=small", "policy.rgb_depth=18"] if args.small else [])
+    cfg = load_config(None, over + [f"data.root={args.data}"])
+    from ivln_ce.data.episodes import load_episodes
+
+    vocab = len(load_episodes(cfg.data.episodes.replace("{split}", "train")).vocab)
+    policy, _ = build_policy(cfg.policy, vocab, cfg.train, device="cpu", seed=0)
+    policy.eval()
+    actions, secs, steps = [], 0.0, 0
+    with torch.no_grad():
+        for i in range(len(store)):
+            ep, state = store[i], PolicyState()
+            for t in range(ep.length):
+                obs = {"instruction": torch.as_tensor(np.asarray(ep.constants["instruction"]))[None]}
+                for k in ("depth_features", "rgb_features", "occupancy_map", "semantic_map"):
+                    if k in ep.steps:
+                        a = np.asarray(ep.steps[k][t])
+                        obs[k] = torch.as_tensor(a.astype(np.float32) if a.dtype == np.float16 else a)[None]
+                start = torch.tensor([t == 0])
+                t0 = time.perf_counter()
+                with autocast(precision, "cpu"):
+                    a, _, state = policy.act(obs, state, ["s"], start, torch.tensor([i == 0 and t == 0]))
+                state.record_actions(["s"], [int(ep.steps["prev_actions"][t + 1]) if t + 1 < ep.length else 0])
+                if steps > 0:  # the first step warms up allocators
+                    secs += time.perf_counter() - t0
+                actions.append(int(a[0]))
+                steps += 1
+                if steps >= max_steps:
+                    return {"ms_per_step": 1e3 * secs / (steps - 1), "actions": actions}
+    return {"ms_per_step": 1e3 * secs / max(steps - 1, 1), "actions": actions}
 
 
 def main(argv=None) -> int:
@@ -214,6 +264,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--small", action="store_true", help="small depth CNN and ResNet-18 RGB trunk")
     ap.add_argument("--device", default="cpu", help="where the training steps run (collection follows it)")
+    ap.add_argument("--precision", default="fp32",
+                    help="comma-separated forward precisions to time, each from the same weights (fp32, bf16)")
     args = ap.parse_args(argv)
     build_synthetic("tiny", args.data, progress=False)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}, "
@@ -236,11 +288,29 @@ def main(argv=None) -> int:
             print(f"  replaying the actions re-renders {act['replay_steps_per_s']:.1f} steps/s; re-rendered vs collected: "
                   f"largest feature difference {act['max_feature_diff']:.3g}, maps/labels/progress "
                   f"{'identical' if act['identical'] else 'DIFFERENT'}")
-            speed = train_speed(args, name, tmp / name / "store")
-            print(f"  training from the store (batch {args.batch}): {speed['optimizer_steps_per_s']:.2f} optimizer steps/s, "
-                  f"{speed['timesteps_per_s']:.1f} timesteps/s; time: " +
-                  ", ".join(f"{k[:-2]} {v:.0f}%" for k, v in speed.items() if k.endswith("%") and not k.startswith("gpu"))
-                  + (f"; GPU busy {speed['gpu busy %']:.0f}% of the time" if "gpu busy %" in speed else ""))
+            speeds = {}
+            for precision in args.precision.split(","):
+                speed = speeds[precision] = train_speed(args, name, tmp / name / "store", precision)
+                print(f"  training from the store (batch {args.batch}, {precision}): {speed['optimizer_steps_per_s']:.2f} "
+                      f"optimizer steps/s, {speed['timesteps_per_s']:.1f} timesteps/s; time: " +
+                      ", ".join(f"{k[:-2]} {v:.0f}%" for k, v in speed.items() if k.endswith("%") and not k.startswith("gpu"))
+                      + (f"; GPU busy {speed['gpu busy %']:.0f}% of the time" if "gpu busy %" in speed else ""))
+            acts = {}
+            for precision in args.precision.split(","):
+                acts[precision] = act_speed(args, name, tmp / name / "store", precision)
+                print(f"  evaluation policy step (batch 1, {precision}): {acts[precision]['ms_per_step']:.2f} ms")
+            if "fp32" in acts and "bf16" in acts:
+                a, b = acts["fp32"], acts["bf16"]
+                same = np.mean(np.array(a["actions"]) == np.array(b["actions"]))
+                print(f"  bf16 / fp32 evaluation step speed: {a['ms_per_step'] / b['ms_per_step']:.2f}x (same run); "
+                      f"argmax actions equal at {same:.1%} of {len(a['actions'])} steps (seeded untrained weights)")
+            if "fp32" in speeds and "bf16" in speeds:
+                a, b = speeds["fp32"], speeds["bf16"]
+                gap = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a["losses"], b["losses"]))
+                print(f"  bf16 / fp32 training speed: {b['optimizer_steps_per_s'] / a['optimizer_steps_per_s']:.2f}x "
+                      f"(same run); losses over {len(a['losses'])} steps from the same weights: largest relative "
+                      f"difference {gap:.2%} (first {a['losses'][0]:.4f} vs {b['losses'][0]:.4f}, last "
+                      f"{a['losses'][-1]:.4f} vs {b['losses'][-1]:.4f})")
     return 0
 
 

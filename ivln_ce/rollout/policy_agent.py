@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig
 
 from ivln_ce.config import PolicyName
+from ivln_ce.models.precision import autocast
 from ivln_ce.rollout.streams import StreamView
 
 LATENT = {PolicyName.cma, PolicyName.tour_cma, PolicyName.pool_cma, PolicyName.pool_end_cma}
@@ -63,10 +64,12 @@ def required_sensors(cfg: DictConfig) -> set[str]:
 
 
 class PolicyAgent:
-    def __init__(self, policy, device: str | torch.device = "cpu", mapper=None, deterministic: bool = True, seed: int = 0):
+    def __init__(self, policy, device: str | torch.device = "cpu", mapper=None, deterministic: bool = True, seed: int = 0,
+                 precision: str = "fp32"):
         from ivln_ce.models.cma import PolicyState
 
         self.device = torch.device(device)
+        self.precision = getattr(precision, "value", precision)
         self.policy = policy.to(self.device).eval()
         self.state = PolicyState()
         self.mapper = mapper
@@ -92,7 +95,7 @@ class PolicyAgent:
             raise ValueError(f"policy.name={cfg.policy.name.value} needs simulator.sensors to include {sorted(missing)}")
         policy, reports = build_policy(cfg.policy, vocab_size, cfg.train, device, seed=int(cfg.seed))
         mapper = make_mapper(cfg, device) if cfg.policy.name == PolicyName.map_cma else None
-        agent = cls(policy, device, mapper, bool(cfg.eval.deterministic), int(cfg.seed))
+        agent = cls(policy, device, mapper, bool(cfg.eval.deterministic), int(cfg.seed), cfg.eval.precision)
         agent.load_reports = reports
         if mapper is not None:
             if cfg.mapping.mode.value != "known":
@@ -141,9 +144,10 @@ class PolicyAgent:
         if rows:
             streams = [batch["streams"][i] for i in rows]
             index = torch.tensor(rows, device=self.device)
-            actions, _, _ = self.policy.act(self.observations(batch, rows), self.state, streams,
-                                            batch["episode_start"].index_select(0, index), batch["tour_start"].index_select(0, index),
-                                            deterministic=True)
+            with autocast(self.precision, self.device):
+                actions, _, _ = self.policy.act(self.observations(batch, rows), self.state, streams,
+                                                batch["episode_start"].index_select(0, index),
+                                                batch["tour_start"].index_select(0, index), deterministic=True)
             if not self.deterministic:
                 probs = torch.softmax(self.policy.last_logits.float(), dim=1).cpu()
                 actions = torch.stack([torch.multinomial(probs[i], 1, generator=self._generator(s))[0] for i, s in enumerate(streams)])

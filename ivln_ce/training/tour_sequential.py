@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import collate
 from ivln_ce.training.errors import TrainError
@@ -135,8 +136,10 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
             tour_masks[0] = torch.tensor([0.0 if entries[lane][1] else 1.0 for lane in present], device=device)
             h0 = torch.stack([carried[lane] for lane in present])
             lengths = batch.lengths if not tc.carry_padded_state else None
-            logits, progress, h_out = policy.forward_sequence(batch.observations, batch.prev_actions, batch.masks, tour_masks, h0,
-                                                              lengths=lengths)
+            with autocast(tc.precision, device):
+                logits, progress, h_out = policy.forward_sequence(batch.observations, batch.prev_actions, batch.masks, tour_masks,
+                                                                  h0, lengths=lengths)
+            logits, progress = logits.float(), progress.float()
             ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
             per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)
             action = per_episode.sum() * world / len(global_present)

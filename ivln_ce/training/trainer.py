@@ -56,6 +56,7 @@ from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem
 from ivln_ce.models.factory import atomic_torch_save
+from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
 from ivln_ce.training.collect import (beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round,
@@ -251,6 +252,7 @@ def batch_losses(policy, batch: Batch, progress_weight: float, global_episodes: 
     gradient of the global batch's mean loss (SPEC §9.4)."""
     obs = dict(batch.observations)
     logits, progress, _ = policy.forward_sequence(obs, batch.prev_actions, batch.masks, batch.masks)
+    logits, progress = logits.float(), progress.float()  # losses in fp32 under bf16 autocast too
     ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
     per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)
     action = per_episode.sum() * world / global_episodes
@@ -669,7 +671,8 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
         batch = batch.to(device)
         glob = batches[j]
         global_valid = int(sum(store.steps(order[i]) for i in glob))
-        losses = batch_losses(policy, batch, float(tc.progress_weight), len(glob), global_valid, world)
+        with autocast(tc.precision, device):
+            losses = batch_losses(policy, batch, float(tc.progress_weight), len(glob), global_valid, world)
         opt.zero_grad(set_to_none=True)
         losses["loss"].backward()
         ddp.allreduce_gradients(params)
