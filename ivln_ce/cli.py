@@ -374,6 +374,7 @@ def cmd_probe_build(args: argparse.Namespace) -> int:
 
 
 def cmd_probe_run(args: argparse.Namespace) -> int:
+    from ivln_ce.probe.agent_rollout import RolloutRule
     from ivln_ce.probe.run import RunRequest, format_report, run_probes
     from ivln_ce.probe.skills import parse_skills
     from ivln_ce.probe.teacher import TeacherRule
@@ -381,9 +382,14 @@ def cmd_probe_run(args: argparse.Namespace) -> int:
 
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    try:
+        rollout = RolloutRule(steps=args.rollout_steps, policy=args.rollout_policy, seed=args.rollout_seed)
+    except ValueError as exc:
+        raise UsageError(f"--rollout-*: {exc}") from None
     req = RunRequest(probes=Path(args.probes), out=Path(args.out), data=Path(args.data) if args.data else None,
                      config=tuple(args.config or ()), overrides=tuple(args.overrides),
-                     skills=parse_skills(args.skills) if args.skills else None, limit=args.limit, teacher=TeacherRule(waypoint_radius=args.waypoint_radius))
+                     skills=parse_skills(args.skills) if args.skills else None, limit=args.limit, teacher=TeacherRule(waypoint_radius=args.waypoint_radius),
+                     rollout=rollout)
     try:
         print(format_report(run_probes(req)))
     except WorkerCrashed as exc:
@@ -805,6 +811,15 @@ def build_parser() -> argparse.ArgumentParser:
     prun.add_argument("--limit", type=int, default=0, help="only N probe ids of each skill, spread evenly over the sorted ids and so over the houses (quick looks; 0 = all)")
     prun.add_argument("--waypoint-radius", type=float, default=0.25,
                       help="metres within which the teacher counts a point of the path as reached (default 0.25)")
+    prun.add_argument("--rollout-steps", type=int, default=15,
+                      help="after the reading at p_j the agent acts on its own for up to N actions or until it stops, and "
+                           "the outcome is measured (heading change, stop rate, angle to the object, delta d to the room); "
+                           "0 = no rollout, the one-step reading only (default 15)")
+    prun.add_argument("--rollout-policy", choices=("argmax", "sample"), default="argmax",
+                      help="how the rollout picks the agent's action from its distribution: the most probable (ties go "
+                           "to STOP) or sampled (default argmax)")
+    prun.add_argument("--rollout-seed", type=int, default=0,
+                      help="seed of --rollout-policy sample (per probe; every condition of a probe draws the same numbers)")
     prun.add_argument("overrides", nargs="*", help="config overrides, e.g. eval.agent=forward_biased, policy.checkpoint=...")
     prun.set_defaults(func=cmd_probe_run)
     ptab = psub.add_parser("tables", help="Score, effect and mixed-model tables of several `probe run` folders (one per agent)")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -95,13 +95,18 @@ class Analysis:
     mixed: list[MixedRow]
     level: float = LEVEL
     resamples: int = RESAMPLES
+    #: the rollout measures' effects (``rollout_stats.RolloutRow``); empty without a rollout
+    rollout: list[Any] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: intervals that do not exist (fewer than two probes) are null, not NaN."""
-        return _finite({"agent": self.agent, "level": self.level, "resamples": self.resamples,
-                        "bootstrap_levels": ["scene", "source_episode", "probe"],
-                        "scores": [asdict(r) for r in self.scores], "effects": [asdict(r) for r in self.effects],
-                        "mixed_models": [asdict(r) for r in self.mixed]})
+        out = {"agent": self.agent, "level": self.level, "resamples": self.resamples,
+               "bootstrap_levels": ["scene", "source_episode", "probe"],
+               "scores": [asdict(r) for r in self.scores], "effects": [asdict(r) for r in self.effects],
+               "mixed_models": [asdict(r) for r in self.mixed]}
+        if self.rollout:
+            out["rollout_effects"] = [asdict(r) for r in self.rollout]
+        return _finite(out)
 
 
 def _finite(x: Any) -> Any:
@@ -121,7 +126,8 @@ def _finite(x: Any) -> Any:
 class _Probe:
     scene: str
     source: str  # scene-qualified: sources nest in scenes
-    mass: dict[str, float]  # condition -> grounding mass
+    mass: dict[str, float]  # condition -> grounding mass (or another measure's value)
+    seen: set[str] = field(default_factory=set)  # conditions recorded
 
 
 def _variant(r: dict) -> str | None:
@@ -129,15 +135,25 @@ def _variant(r: dict) -> str | None:
     return r["variant"] if "variant" in r else (r.get("target_sector") if r["skill"] == DIRECTION else None)
 
 
-def _by_probe(records: Sequence[dict], skill: str, variant: str | None) -> dict[str, _Probe]:
+def _correct_mass(r: dict) -> float:
+    return float(r["correct_mass"])
+
+
+def _by_probe(records: Sequence[dict], skill: str, variant: str | None,
+              value: Callable[[dict], float | None] = _correct_mass) -> dict[str, _Probe]:
+    """Per probe id: its scene, source and ``value`` per condition (conditions whose value is None
+    are left out; ``mass`` holds the values, the grounding mass by default)."""
     out: dict[str, _Probe] = {}
     for r in records:
         if r["skill"] != skill or (variant is not None and _variant(r) != variant):
             continue
         p = out.setdefault(r["probe_id"], _Probe(r["scene_id"], f"{r['scene_id']}|{r['source_episode']}", {}))
-        if r["condition"] in p.mass:
+        if r["condition"] in p.seen:
             raise ValueError(f"probe {r['probe_id']}: condition {r['condition']!r} recorded twice")
-        p.mass[r["condition"]] = float(r["correct_mass"])
+        p.seen.add(r["condition"])
+        v = value(r)
+        if v is not None:
+            p.mass[r["condition"]] = float(v)
     return out
 
 

@@ -24,6 +24,17 @@ the CSVs. How a distribution over the four low-level actions (``STOP``, ``MOVE_F
   geodesic query from the stepped-to point, which a run does not record (it stores d_geo from
   p_j only); so this figure shows the distribution of the correct-action probability (the
   probe's grounding mass) per hop count, per condition, instead.
+
+From the rollout after p_j (records with a ``rollout`` object, ``rollout_measures.py``):
+
+* **direction, rollout**: per target sector and condition, the fraction of probes whose final
+  heading change (and, separately, displacement direction) falls in each bin of
+  ``HEADING_BIN_DEG`` centred on the multiples of the bin (so a whole number of 15-degree turns
+  lands in the middle of a bin; -180 and 180 share one), with the stop rate.
+* **object, rollout** (Fig. 6 after a whole move): the histogram of the final angular error to
+  the object, ``ERROR_BIN_DEG`` bins, normalised per condition.
+* **room, rollout** (Fig. 7): the density of delta d = d_geo(p_j) - d_geo(end) (positive: closer),
+  bins of ``DELTA_BIN_M`` metres (one forward step), per condition, with its mean and median.
 """
 
 from __future__ import annotations
@@ -48,6 +59,8 @@ ACTION_WEDGES = {MOVE_FORWARD: (-FORWARD_HALF_WIDTH_DEG, FORWARD_HALF_WIDTH_DEG)
                  TURN_LEFT: (FORWARD_HALF_WIDTH_DEG, 180.0),
                  TURN_RIGHT: (-180.0, -FORWARD_HALF_WIDTH_DEG)}
 ERROR_BIN_DEG = 15.0
+HEADING_BIN_DEG = 15.0
+DELTA_BIN_M = 0.25
 
 
 @dataclass(frozen=True)
@@ -200,4 +213,100 @@ def room_rows(runs: Sequence[RunRecords], metas: Mapping[str, Mapping[str, Any]]
             rows.append({"agent": run.agent, "group": g, "condition": cond, "probes": len(vals), "mean": float(vals.mean()),
                          "q25": float(q1), "median": float(med), "q75": float(q3), "min": float(vals.min()),
                          "max": float(vals.max())})
+    return rows
+
+
+# --------------------------------------------------------------------------- rollouts
+
+
+def _rollout(run: RunRecords, skill: str) -> list[dict]:
+    return [r for r in _skill(run, skill) if isinstance(r.get("rollout"), dict)]
+
+
+def has_rollouts(runs: Sequence[RunRecords], skill: str) -> bool:
+    return any(_rollout(run, skill) for run in runs)
+
+
+def heading_bin(angle_deg: float, bin_deg: float = HEADING_BIN_DEG) -> float:
+    """The centre (degrees in (-180, 180]) of the bin holding ``angle_deg``: bins are centred on the
+    multiples of ``bin_deg``."""
+    k = math.floor((float(angle_deg) + bin_deg / 2) / bin_deg)
+    c = (k * bin_deg + 180.0) % 360.0 - 180.0
+    return 180.0 if c <= -180.0 + 1e-9 else round(c, 9)
+
+
+def direction_rollout_rows(runs: Sequence[RunRecords], bin_deg: float = HEADING_BIN_DEG) -> list[dict]:
+    """Per agent, target sector, condition and measure (``final_heading``: the heading change at the
+    end of the rollout; ``displacement_heading``: the direction of the displacement, probes that
+    did not move left out): the fraction of probes per heading bin (non-empty bins only)."""
+    rows = []
+    for run in runs:
+        recs = _rollout(run, DIRECTION)
+        for sector in SECTOR_NAMES:
+            for cond in CONDITIONS[DIRECTION]:
+                rs = [r for r in recs if r["condition"] == cond and r.get("target_sector") == sector]
+                if not rs:
+                    continue
+                stop_rate = float(np.mean([bool(r["rollout"]["stopped"]) for r in rs]))
+                for measure, key in (("final_heading", "heading_change_deg"), ("displacement_heading", "displacement_heading_deg")):
+                    vals = [float(r["rollout"][key]) for r in rs if r["rollout"].get(key) is not None]
+                    counts: dict[float, int] = defaultdict(int)
+                    for v in vals:
+                        counts[heading_bin(v, bin_deg)] += 1
+                    for c in sorted(counts):
+                        rows.append({"agent": run.agent, "sector": sector, "condition": cond, "measure": measure,
+                                     "centre_deg": c, "lo_deg": c - bin_deg / 2, "hi_deg": c + bin_deg / 2,
+                                     "fraction": counts[c] / len(vals), "probes": len(rs), "measured": len(vals),
+                                     "stop_rate": stop_rate})
+    return rows
+
+
+def object_rollout_rows(runs: Sequence[RunRecords], bin_deg: float = ERROR_BIN_DEG) -> list[dict]:
+    """Histogram of the final angular error to the object per agent and condition (every bin,
+    ``probability`` normalised per condition; the last bin includes 180)."""
+    edges = np.arange(0.0, 180.0 + 1e-9, bin_deg)
+    if edges[-1] < 180.0:
+        edges = np.append(edges, 180.0)
+    nb = len(edges) - 1
+    rows = []
+    for run in runs:
+        recs = _rollout(run, OBJECT)
+        for cond in CONDITIONS[OBJECT]:
+            rs = [r for r in recs if r["condition"] == cond and r["rollout"].get("object_error_deg") is not None]
+            if not rs:
+                continue
+            hist = np.zeros(nb)
+            for r in rs:
+                k = min(int(np.searchsorted(edges, float(r["rollout"]["object_error_deg"]), side="right")) - 1, nb - 1)
+                hist[k] += 1
+            stop_rate = float(np.mean([bool(r["rollout"]["stopped"]) for r in rs]))
+            for k in range(nb):
+                rows.append({"agent": run.agent, "condition": cond, "error_lo_deg": float(edges[k]),
+                             "error_hi_deg": float(edges[k + 1]), "probability": float(hist[k] / len(rs)),
+                             "probes": len(rs), "stop_rate": stop_rate})
+    return rows
+
+
+def room_delta_rows(runs: Sequence[RunRecords], bin_m: float = DELTA_BIN_M) -> list[dict]:
+    """Density of delta d (m, positive: closer) per agent and condition over common bins of ``bin_m``
+    (bin k is [k * bin_m, (k + 1) * bin_m)), with the mean and median of the condition."""
+    if not (math.isfinite(bin_m) and bin_m > 0):
+        raise ValueError(f"delta d bin width must be a positive number of metres, got {bin_m}")
+    rows = []
+    for run in runs:
+        recs = _rollout(run, ROOM)
+        by_cond = {c: np.array([float(r["rollout"]["delta_d"]) for r in recs
+                                if r["condition"] == c and r["rollout"].get("delta_d") is not None]) for c in CONDITIONS[ROOM]}
+        every = np.concatenate([v for v in by_cond.values()]) if by_cond else np.zeros(0)
+        if not every.size:
+            continue
+        lo_k, hi_k = int(math.floor(every.min() / bin_m + 1e-9)), int(math.floor(every.max() / bin_m + 1e-9))
+        for cond, vals in by_cond.items():
+            if not vals.size:
+                continue
+            ks = np.floor(vals / bin_m + 1e-9).astype(int)
+            for k in range(lo_k, hi_k + 1):
+                rows.append({"agent": run.agent, "condition": cond, "delta_lo_m": k * bin_m, "delta_hi_m": (k + 1) * bin_m,
+                             "density": float(np.sum(ks == k)) / (len(vals) * bin_m), "probes": len(vals),
+                             "mean": float(vals.mean()), "median": float(np.median(vals))})
     return rows

@@ -2,7 +2,8 @@
 
 One figure per skill, every agent in it (``figure_data.py`` says what each shows and how an
 action distribution is read): ``stop_vs_length``, ``direction_polar``, ``object_error``,
-``room_correct_mass``. Each is written as ``.png`` and ``.svg`` with its numbers as ``.csv``
+``room_correct_mass``; and, when the runs have rollouts after p_j, ``direction_rollout_polar``
+(the heading at the end of the rollout), ``object_rollout_error`` and ``room_delta_d``. Each is written as ``.png`` and ``.svg`` with its numbers as ``.csv``
 beside it, every file atomically, and ``figures.json`` lists what was drawn and what was
 skipped and why (a skill no run has; the object figure without the build folder, whose
 ``probe.json`` files hold the object's direction). Only files of these names are written into
@@ -31,6 +32,8 @@ from ivln_ce.probe.skills import CONDITIONS, DIRECTION, OBJECT, ROOM, SECTOR_BY_
 FORMAT = "ivln_ce.probe_figures/1"
 INDEX = "figures.json"
 NAMES = {STOP: "stop_vs_length", DIRECTION: "direction_polar", OBJECT: "object_error", ROOM: "room_correct_mass"}
+#: the figures of the rollout after p_j, per skill (drawn when some run has rollouts of the skill)
+ROLLOUT_NAMES = {DIRECTION: "direction_rollout_polar", OBJECT: "object_rollout_error", ROOM: "room_delta_d"}
 COLOURS = {"implicit": "#1f77b4", "explicit": "#2ca02c", "one_step_ahead": "#d62728",
            "no_intervention": "#d62728", "intervention": "#1f77b4"}
 LABELS = {"implicit": "implicit stop", "explicit": "explicit stop", "one_step_ahead": "one step ahead",
@@ -212,7 +215,8 @@ def draw_direction(rows: list[dict]):
     return fig
 
 
-def draw_object(rows: list[dict]):
+def draw_object(rows: list[dict], xlabel: str = "|angle to the object| after one action (degrees)",
+                ylabel: str = "probability (moves, STOP excluded)", stop_key: str = "mean_p_stop", stop_label: str = "STOP"):
     import matplotlib.pyplot as plt
 
     agents = list(dict.fromkeys(r["agent"] for r in rows))
@@ -225,9 +229,9 @@ def draw_object(rows: list[dict]):
             lo = np.array([r["error_lo_deg"] for r in rs])
             width = np.array([r["error_hi_deg"] - r["error_lo_deg"] for r in rs])
             ax.bar(lo + width * w * (k + 0.5), [r["probability"] for r in rs], width=width * w, align="edge",
-                   color=COLOURS[cond], label=f"{LABELS[cond]} (n={rs[0]['probes']}, STOP {rs[0]['mean_p_stop']:.2f})")
-        ax.set_xlabel("|angle to the object| after one action (degrees)")
-        ax.set_ylabel("probability (moves, STOP excluded)")
+                   color=COLOURS[cond], label=f"{LABELS[cond]} (n={rs[0]['probes']}, {stop_label} {rs[0][stop_key]:.2f})")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.set_xlim(0, 180)
         ax.set_title(_text(agent), fontsize=9)
         ax.legend(fontsize=7)
@@ -264,6 +268,101 @@ def draw_room(values: dict[str, dict[tuple[str, str], np.ndarray]], by_hops: boo
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return fig
+
+
+def draw_direction_rollout(rows: list[dict]):
+    """Per agent and target sector: polar bars of the fraction of probes per final heading change."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r["measure"] == "final_heading"]
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    sectors = [s for s in SECTOR_NAMES if any(r["sector"] == s for r in rows)]
+    fig, axes = plt.subplots(len(agents), len(sectors), subplot_kw={"projection": "polar"},
+                             figsize=(2.6 * len(sectors), 2.9 * len(agents)), squeeze=False)
+    for i, agent in enumerate(agents):
+        for j, sector in enumerate(sectors):
+            ax = axes[i][j]
+            ax.set_theta_zero_location("N")
+            rs = [r for r in rows if r["agent"] == agent and r["sector"] == sector]
+            top = max([r["fraction"] for r in rs] + [1e-6])
+            stops, n = {}, 0
+            for cond in CONDITIONS[DIRECTION]:
+                cr = [r for r in rs if r["condition"] == cond]
+                if not cr:
+                    continue
+                ax.bar([math.radians(r["centre_deg"]) for r in cr], [r["fraction"] for r in cr],
+                       width=math.radians(cr[0]["hi_deg"] - cr[0]["lo_deg"]), color=COLOURS[cond], alpha=0.35,
+                       edgecolor=COLOURS[cond], lw=1, label=LABELS[cond])
+                stops[cond], n = cr[0]["stop_rate"], max(n, cr[0]["probes"])
+            c = math.radians(SECTOR_BY_NAME[sector].centre_deg)
+            arc = np.linspace(c - math.radians(30), c + math.radians(30), 30)
+            ax.plot(arc, np.full_like(arc, top * 1.08), color="#2ca02c", lw=4)
+            ax.set_ylim(0, top * 1.12)
+            ax.set_rticks([top / 2, top])
+            ax.set_xticks(np.radians(np.arange(0, 360, 60)))
+            ax.tick_params(labelsize=6)
+            ax.set_title(f"{sector} (n={n})\nstopped {' / '.join(f'{v:.2f}' for v in stops.values())}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(_text(agent), labelpad=28, fontsize=8)
+    axes[0][0].legend(fontsize=6, loc="lower left", bbox_to_anchor=(-0.3, -0.35))
+    fig.tight_layout()
+    return fig
+
+
+def draw_room_delta(rows: list[dict]):
+    """Per agent: the density of delta d per condition (steps), with dashed means."""
+    import matplotlib.pyplot as plt
+
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    fig, axes = plt.subplots(1, len(agents), figsize=(5.5 * len(agents), 3.8), squeeze=False)
+    for ax, agent in zip(axes[0], agents):
+        for cond in CONDITIONS[ROOM]:
+            rs = [r for r in rows if r["agent"] == agent and r["condition"] == cond]
+            if not rs:
+                continue
+            x = [r["delta_lo_m"] for r in rs] + [rs[-1]["delta_hi_m"]]
+            y = [r["density"] for r in rs] + [rs[-1]["density"]]
+            ax.step(x, y, where="post", color=COLOURS[cond],
+                    label=f"{LABELS[cond]} (n={rs[0]['probes']}, mean {rs[0]['mean']:+.2f}, median {rs[0]['median']:+.2f})")
+            ax.axvline(rs[0]["mean"], color=COLOURS[cond], ls="--", lw=1)
+        ax.axvline(0.0, color="#777777", lw=0.8)
+        ax.set_xlabel("delta d = d_geo(p_j) - d_geo(end) (m; > 0: closer to the room type)")
+        ax.set_ylabel("density (1/m)")
+        ax.set_title(_text(agent), fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _rollout_figures(data: list[fd.RunRecords], out: Path, rep: FigureReport) -> None:
+    """The rollout figures of every skill some run has rollouts of."""
+    if fd.has_rollouts(data, DIRECTION):
+        rows = fd.direction_rollout_rows(data)
+        rep.figures.append(_save(draw_direction_rollout(rows), out, ROLLOUT_NAMES[DIRECTION],
+                                 "Heading at the end of the rollout by target direction", rows,
+                                 f"Per target sector (green arc): the fraction of probes whose heading at the end of the rollout "
+                                 f"after p_j differs from the heading at p_j by each angle ({fd.HEADING_BIN_DEG:g}-degree bins "
+                                 "centred on whole turns), no intervention (red) vs intervention (blue); forward is up, left "
+                                 "counter-clockwise; the stop rates in each title. The CSV also holds the direction of the "
+                                 "displacement (measure displacement_heading)."))
+    if fd.has_rollouts(data, OBJECT):
+        rows = fd.object_rollout_rows(data)
+        rep.figures.append(_save(draw_object(rows, "|angle to the object| at the end of the rollout (degrees)",
+                                             "fraction of probes", "stop_rate", "stopped"),
+                                 out, ROLLOUT_NAMES[OBJECT], "Angular error to the object after the rollout", rows,
+                                 f"The absolute angle between the agent's heading at the end of the rollout after p_j and the "
+                                 f"bearing of the object's centroid from where it stands, per condition; {fd.ERROR_BIN_DEG:g}-degree "
+                                 "bins, fractions of probes; the stop rates in the legend."))
+    if fd.has_rollouts(data, ROOM):
+        rows = fd.room_delta_rows(data)
+        if rows:
+            rep.figures.append(_save(draw_room_delta(rows), out, ROLLOUT_NAMES[ROOM], "Change of geodesic distance to the room type",
+                                     rows, f"Density of delta d = d_geo(p_j) - d_geo(end of the rollout) to the nearest region of "
+                                     f"the target room type (the seed's Fig. 7 sign: positive is closer), {fd.DELTA_BIN_M:g} m bins, "
+                                     "per condition; dashed: means."))
+        else:
+            rep.skipped[ROLLOUT_NAMES[ROOM]] = "no room rollout has a delta d (the room type was unreachable)"
 
 
 # --------------------------------------------------------------------------- the command
@@ -328,6 +427,7 @@ def make_figures(runs: Sequence[Path], out: Path, probes: Path | None = None, bi
                                  + " (boxes: quartiles, whiskers 1.5 IQR; diamonds: means)."))
         if metas is None:
             rep.notes.append("room figure per variant: give --probes (the build folder) for hop counts")
+    _rollout_figures(data, out, rep)
     write_json(out / INDEX, {"format": FORMAT, "runs": [str(r) for r in runs], "agents": rep.agents,
                              "probes": str(probes) if probes is not None else None,
                              "figures": [{"name": f.name, "title": f.title, "png": f.png.name, "svg": f.svg.name,

@@ -5,7 +5,9 @@ per-stream memory, MAP-CMA's mapper) behind the ``ObservationPipeline`` (frozen 
 maps, masks), run on every observation of the teacher-forced walk as in evaluation. The
 distribution is the softmax of the policy's logits at that step; the action it would have
 chosen is discarded and the teacher's executed action becomes its previous action, as in
-teacher-forced training.
+teacher-forced training. In the rollout after p_j the driver chooses the action from that
+distribution (argmax or sampled) and tells it through ``record``: the policy's previous action
+is then the one it chose.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class PolicyScorer:
     def timings(self) -> dict[str, float]:
         return {**self.pipeline.timings, **self.agent.timings}
 
-    def step(self, views: Sequence[StreamView], executed: Sequence[int]) -> np.ndarray:
+    def step(self, views: Sequence[StreamView], executed: Sequence[int | None],
+             rollout: Sequence[int | None] | None = None) -> np.ndarray:
         rows = self.agent.rows(views)
         if len(rows) != len(views):
             raise RuntimeError("probe episodes are agent steps only; the policy must run on every observation")
@@ -52,8 +55,14 @@ class PolicyScorer:
         self.agent.act(views, batch)
         logits = self.agent.policy.last_logits.float()
         probs = torch.softmax(logits, dim=1).cpu().numpy().astype(np.float64)
-        self.agent.record([v.stream_id for v in views], list(executed))  # the teacher's action was executed
+        forced = [(v.stream_id, a) for v, a in zip(views, executed) if a is not None]
+        if forced:  # the teacher's action was executed; the agent's own choices come through ``record``
+            self.agent.record([s for s, _ in forced], [a for _, a in forced])
         return probs
+
+    def record(self, streams: Sequence[str], actions: Sequence[int]) -> None:
+        """The actions the driver chose from this step's distributions (the rollout after p_j)."""
+        self.agent.record(list(streams), list(actions))
 
     def drop(self, stream: str) -> None:
         self.agent.drop(stream)

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ivln_ce.data.jsonio import DataFormatError, atomic_write_bytes, read_json
-from ivln_ce.probe.analysis import RESAMPLES, Analysis, analyse
+from ivln_ce.probe.analysis import RESAMPLES, Analysis
 from ivln_ce.probe.grounding import check_distribution
+from ivln_ce.probe.rollout_measures import check_rollout
+from ivln_ce.probe.rollout_stats import analyse_with_rollouts
 from ivln_ce.probe.run_store import RESULTS, RESULTS_FORMAT, TABLES
 from ivln_ce.probe.skills import CONDITIONS
 from ivln_ce.probe.tables import csv_text, latex, markdown
@@ -47,6 +49,8 @@ def read_results(run: str | Path) -> tuple[str, list[dict[str, Any]]]:
         if r["skill"] not in CONDITIONS or r["condition"] not in CONDITIONS[r["skill"]]:
             raise ValueError(f"{where}: condition {r['condition']!r} is not one of skill {r['skill']!r}")
         check_distribution(r["distribution"], f"{where}, field 'distribution'")
+        if "rollout" in r:
+            check_rollout(r["rollout"], r["skill"], where)
     return agent, records
 
 
@@ -57,7 +61,7 @@ def tables_from_runs(runs: Sequence[Path], out: Path, resamples: int = RESAMPLES
         agent, records = read_results(run)
         if any(a.agent == agent for a in analyses):
             agent = f"{agent} ({run})"
-        analyses.append(analyse(records, agent, resamples, seed))
+        analyses.append(analyse_with_rollouts(records, agent, resamples, seed))
     out.mkdir(parents=True, exist_ok=True)
     files = {"md": out / f"{TABLES}.md", "csv": out / f"{TABLES}.csv", "tex": out / f"{TABLES}.tex"}
     for kind, text in (("md", markdown(analyses)), ("csv", csv_text(analyses)), ("tex", latex(analyses))):

@@ -147,6 +147,21 @@ class RoomFinder:
             self._floors[region.region_id] = floor_points(self.sim, region, region.floor_y(y), self.rule)
         return self._floors[region.region_id]
 
+    def nearest(self, room_type: str, p: Sequence[float]) -> tuple[float, Region | None, np.ndarray | None]:
+        """(d_geo, region, floor point) of the floor point of a ``room_type`` region nearest to ``p``
+        by geodesic distance; (inf, None, None) when none can be reached. Floor points are sampled
+        at the height of the first point asked about in each region (one floor per scene)."""
+        p = np.asarray(p, dtype=np.float64)
+        best: tuple[float, Region | None, np.ndarray | None] = (math.inf, None, None)
+        for region in self.semantics.regions:
+            if region.room_type != room_type:
+                continue
+            for q in self._floor(region, float(p[1])):
+                d = float(self.sim.geodesic_distance(q, p))
+                if d < best[0]:
+                    best = (d, region, q)
+        return best
+
     def targets(self, p: Sequence[float], heading: float) -> tuple[list[RoomTarget], dict[str, int], str | None]:
         """(targets by room type, types passed over by reason, why the point has none or None)."""
         p = np.asarray(p, dtype=np.float64)
@@ -160,15 +175,7 @@ class RoomFinder:
             return [], {}, "no_other_room_type"
         out, skipped = [], {}
         for room_type in types:
-            best = (math.inf, None, None)
-            for region in self.semantics.regions:
-                if region.room_type != room_type:
-                    continue
-                for q in self._floor(region, float(p[1])):
-                    d = float(self.sim.geodesic_distance(q, p))
-                    if d < best[0]:
-                        best = (d, region, q)
-            d, region, q = best
+            d, region, q = self.nearest(room_type, p)
             path = self.sim.shortest_path(p, q) if region is not None and math.isfinite(d) else []
             if len(path) < 2:
                 skipped["unreachable"] = skipped.get("unreachable", 0) + 1

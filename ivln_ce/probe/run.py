@@ -12,7 +12,12 @@ same inputs (``run_store.py``); then come ``probe_results.json``, the statistics
 (``analysis.py``) and the tables (``tables.py``).
 
 Every condition runs as its own one-episode tour (fresh memory, ``env.oracle_phases=false``,
-no step limit that the teacher could reach), so a tour memory holds only tau.
+no step limit that the teacher could reach), so a tour memory holds only tau (and the rollout).
+
+With a rollout (``RolloutRule``, ``--rollout-steps`` > 0, ``agent_rollout.py``) the agent acts on
+its own after p_j in the same environment, and each record also gets the rollout's measures
+(``rollout_measures.py``; room probes measure d_geo on a sensorless simulator in this process,
+``room_distance.py``) and the analysis their effects (``rollout_stats.py``).
 """
 
 from __future__ import annotations
@@ -32,13 +37,17 @@ from ivln_ce.data.episodes import Episode, load_episodes
 from ivln_ce.data.tours import Tour
 from ivln_ce.env.tour_env import TourItem, contained_scene_path
 from ivln_ce.fingerprint import code_digest, data_files, digest, fingerprint_config
-from ivln_ce.probe.analysis import RESAMPLES, Analysis, analyse
+from ivln_ce.probe.agent_rollout import RolloutRule
+from ivln_ce.probe.analysis import RESAMPLES, Analysis
 from ivln_ce.probe.driver import ProbeDriver, Reading, Scorer
 from ivln_ce.probe.grounding import correct_mass, probe_actions
 from ivln_ce.probe.probe_set import ProbeCase, ProbeSet, read_probe_set
 from ivln_ce.probe.reference_agents import REFERENCE_AGENTS, ReferenceScorer
+from ivln_ce.probe.rollout_measures import measure_rollout
+from ivln_ce.probe.rollout_stats import analyse_with_rollouts
+from ivln_ce.probe.room_distance import RoomDistances
 from ivln_ce.probe.run_store import RESULTS, RESULTS_FORMAT, SUMMARY, TABLES, RunStore
-from ivln_ce.probe.skills import INTERVENED
+from ivln_ce.probe.skills import INTERVENED, ROOM
 from ivln_ce.probe.tables import csv_text, latex, markdown
 from ivln_ce.probe.teacher import TeacherError, TeacherPlan, TeacherRule, heading_error_deg, plan_teacher
 from ivln_ce.rollout.cpus import usable_cpus
@@ -61,6 +70,8 @@ class RunRequest:
     skills: tuple[str, ...] | None = None  # None: every skill of the build
     limit: int = 0  # > 0: `limit` probe ids of each skill, spread evenly over the sorted ids
     teacher: TeacherRule = TeacherRule()
+    #: the agent's own actions after p_j (``steps=0``: none, the one-step reading only)
+    rollout: RolloutRule = RolloutRule()
     resamples: int = RESAMPLES
     progress: bool = True
 
@@ -109,7 +120,7 @@ def load_run_config(req: RunRequest):
     return cfg, _load(req, "simulator.sensors=[]").simulator
 
 
-def run_fingerprint(cfg, agent: str, rule: TeacherRule) -> str:
+def run_fingerprint(cfg, agent: str, rule: TeacherRule, rollout: RolloutRule = RolloutRule(steps=0)) -> str:
     """The digest of what decides a reading besides the probe itself (see ``run_store.py``)."""
     config = fingerprint_config(resolved(cfg))
     config.get("eval", {}).pop("split", None)
@@ -125,13 +136,16 @@ def run_fingerprint(cfg, agent: str, rule: TeacherRule) -> str:
     else:
         config.pop("policy", None)
         config.pop("mapping", None)
-    return digest({"agent": agent, "config": config, "files": files, "teacher": asdict(rule), "version": __version__,
-                   "code": code_digest()})
+    content = {"agent": agent, "config": config, "files": files, "teacher": asdict(rule), "version": __version__,
+               "code": code_digest()}
+    if rollout.enabled:  # without a rollout the digest is what it was before rollouts existed
+        content["rollout"] = rollout.identity()
+    return digest(content)
 
 
 def make_scorer(cfg, probe_set: ProbeSet, by_episode: dict[str, ProbeCase], num_envs: int = 1) -> Scorer:
     if cfg.eval.agent in REFERENCE_AGENTS:
-        return ReferenceScorer(cfg.eval.agent, by_episode)
+        return ReferenceScorer(cfg.eval.agent, by_episode, float(cfg.simulator.turn_angle), float(cfg.simulator.forward_step))
     from ivln_ce.probe.policy_scorer import PolicyScorer  # torch: only for a learned policy
 
     vocab = load_episodes(probe_set.vocab_file).vocab
@@ -181,13 +195,14 @@ def plan_all(sim_cfg, probes: Sequence[ProbeCase], scenes_dir: Path, rule: Teach
 # --------------------------------------------------------------------------- records
 
 
-def condition_record(probe: ProbeCase, condition: str, reading: Reading) -> dict[str, Any]:
-    """One line of ``probe_results.json``: where the reading comes from, the distribution, the measure."""
+def condition_record(probe: ProbeCase, condition: str, reading: Reading, room_distance=None) -> dict[str, Any]:
+    """One line of ``probe_results.json``: where the reading comes from, the distribution, the measure,
+    and (with a rollout) what the agent then did (``room_distance``: d_geo for room rollouts)."""
     acts = probe_actions(probe.meta)
     m = probe.meta
     target = np.asarray(probe.episodes[condition].reference_path[-1], dtype=np.float64)
     herr = heading_error_deg(reading.heading, m.get("heading"))
-    return {
+    out = {
         "probe_id": probe.probe_id,
         "condition": condition,
         "episode_id": reading.episode_id,
@@ -206,13 +221,17 @@ def condition_record(probe: ProbeCase, condition: str, reading: Reading) -> dict
         "distance_to_point": round(float(np.linalg.norm(reading.position - target)), 4),
         "heading_error_deg": None if herr is None else round(herr, 3),
     }
+    if reading.rollout is not None:
+        out["rollout"] = measure_rollout(probe.skill, m, reading.rollout, room_distance)
+    return out
 
 
 class _Collector:
     """Readings -> per-probe record files, written as soon as a probe's conditions are all read."""
 
-    def __init__(self, store: RunStore, by_episode: dict[str, tuple[ProbeCase, str]], fps: dict[str, str], bar):
-        self.store, self.by_episode, self.fps, self.bar = store, by_episode, fps, bar
+    def __init__(self, store: RunStore, by_episode: dict[str, tuple[ProbeCase, str]], fps: dict[str, str], bar,
+                 rooms: RoomDistances | None = None):
+        self.store, self.by_episode, self.fps, self.bar, self.rooms = store, by_episode, fps, bar, rooms
         self.pending: dict[str, dict[str, dict]] = defaultdict(dict)
         self.written: dict[str, dict] = {}
 
@@ -221,7 +240,8 @@ class _Collector:
         got = self.pending[probe.probe_id]
         if condition in got:
             raise RuntimeError(f"episode {reading.episode_id}: read twice")
-        got[condition] = condition_record(probe, condition, reading)
+        rooms = self.rooms.for_scene(probe.scene_id) if self.rooms is not None and probe.skill == ROOM else None
+        got[condition] = condition_record(probe, condition, reading, rooms)
         self.bar.update(1)
         if len(got) == len(probe.episodes):
             records = [got[c] for c in probe.episodes]
@@ -241,13 +261,14 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
     for p in probe_set.probes:  # contain every scene path before any work starts
         contained_scene_path(scenes_dir, p.scene_id)
     agent = getattr(scorer, "name", None) or agent_label(cfg)
-    core = run_fingerprint(cfg, agent, req.teacher)
+    core = run_fingerprint(cfg, agent, req.teacher, req.rollout)
     fps = {p.probe_id: digest([core, p.fingerprint]) for p in probe_set.probes}
     store = RunStore(req.out)
     report = RunReport(Path(req.out), agent, len(probe_set.probes))
     description = {"agent": agent, "eval_agent": cfg.eval.agent, "probes_folder": str(probe_set.folder),
                    "split": probe_set.split, "probe_set": probe_set.fingerprint, "fingerprint": core,
-                   "skills": list(probe_set.skills), "limit": req.limit, "teacher": asdict(req.teacher), "config": resolved(cfg)}
+                   "skills": list(probe_set.skills), "limit": req.limit, "teacher": asdict(req.teacher),
+                   "rollout": req.rollout.identity(), "config": resolved(cfg)}
     with hold(req.out, "probe run"):
         store.open(description)
         done: dict[str, dict] = {}
@@ -266,7 +287,8 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
             else:
                 runnable.append(p)
         if runnable:
-            report.engine = _run_engine(cfg, probe_set, runnable, plans, scenes_dir, store, fps, scorer, req.progress, done)
+            report.engine = _run_engine(cfg, probe_set, runnable, plans, scenes_dir, store, fps, scorer, req.progress, done,
+                                        req.rollout, plan_sim)
         report.computed = len(todo)
         report.removed = store.remove_stale(set(fps))
         records, skipped = [], {}
@@ -280,8 +302,10 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
         results = {"format": RESULTS_FORMAT, **{k: description[k] for k in ("agent", "eval_agent", "probes_folder", "split",
                                                                             "probe_set", "fingerprint", "teacher")},
                    "actions": list(ACTIONS), "records": records, "skipped": skipped}
+        if req.rollout.enabled:  # without a rollout the file is what it was before rollouts existed
+            results["rollout"] = req.rollout.identity()
         report.files["results"] = store.write_output(RESULTS, results)
-        report.analysis = analyse(records, agent, req.resamples, int(cfg.seed))
+        report.analysis = analyse_with_rollouts(records, agent, req.resamples, int(cfg.seed))
         report.files["summary"] = store.write_output(SUMMARY, report.analysis.as_dict())
         report.files.update(write_tables(store, [report.analysis]))
         store.write_manifest({**description, "complete": True, "probes": len(probe_set.probes), "records": len(records),
@@ -297,7 +321,8 @@ def write_tables(store: RunStore, analyses: Sequence[Analysis]) -> dict[str, Pat
 
 
 def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes_dir: Path, store: RunStore,
-                fps: dict[str, str], scorer: Scorer | None, progress: bool, done: dict[str, dict]) -> dict[str, Any]:
+                fps: dict[str, str], scorer: Scorer | None, progress: bool, done: dict[str, dict],
+                rollout: RolloutRule = RolloutRule(steps=0), plan_sim=None) -> dict[str, Any]:
     by_episode: dict[str, tuple[ProbeCase, str]] = {}
     items: list[TourItem] = []
     episode_plans: dict[str, TeacherPlan] = {}
@@ -310,8 +335,11 @@ def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes
     if scorer is None:
         scorer = make_scorer(cfg, probe_set, {e: pc for e, (pc, _) in by_episode.items()}, num_envs)
     bar = tqdm(total=len(items), desc=f"probe run {probe_set.split}", unit="episode", file=sys.stderr, disable=not progress)
-    collect = _Collector(store, by_episode, fps, bar)
-    driver = ProbeDriver(scorer, episode_plans, collect)
+    rooms = None
+    if rollout.enabled and any(p.skill == ROOM for p in probes):
+        rooms = RoomDistances(plan_sim if plan_sim is not None else cfg.simulator, scenes_dir)
+    collect = _Collector(store, by_episode, fps, bar, rooms)
+    driver = ProbeDriver(scorer, episode_plans, collect, rollout, {e: pc.probe_id for e, (pc, _) in by_episode.items()})
     engine = RolloutEngine(items, cfg.simulator, cfg.env, None, scenes_dir, num_envs=num_envs,
                            success_distance=cfg.metrics.success_distance, obs_keys=scorer.image_keys, seed=int(cfg.seed))
     try:
@@ -319,6 +347,8 @@ def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes
             engine.run(range(len(items)), driver.decide, on_stream_end=driver.drop)
     finally:
         bar.close()
+        if rooms is not None:
+            rooms.close()
     if collect.pending:
         left = sorted(collect.pending)
         raise RuntimeError(f"{len(left)} probe(s) have unread conditions after the run, e.g. {left[0]}")
@@ -329,6 +359,11 @@ def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes
 
 def _one_episode_tour(ep: Episode) -> TourItem:
     return TourItem(Tour(ep.episode_id, ep.scan, (ep.episode_id,)), [ep])
+
+
+#: the rollout measures ``probe run`` prints per skill (the tables hold them all)
+HEADLINE = {"stop": ("stopped",), "direction": ("final_in_sector", "stopped"), "object": ("object_error_deg",),
+            "room": ("delta_d", "d_geo_end")}
 
 
 def format_report(report: RunReport) -> str:
@@ -349,5 +384,11 @@ def format_report(report: RunReport) -> str:
             m = mixed.get((r.skill, r.treated, r.baseline))
             mm = "-" if m is None or m.p_value is None else f"{m.effect:+.3f}, p={m.p_value:.2g}"
             lines.append(f"{r.skill + ': ' + r.treated + ' - ' + r.baseline:<44} {r.effect:+8.3f}   [{r.low:+.3f}, {r.high:+.3f}]   {mm}")
+        if a.rollout:
+            lines.append(f"{'rollout: skill, measure':<44} {'treated':>8} {'baseline':>8} {'effect':>8}   95 % interval")
+            for r in a.rollout:
+                if ":" not in r.skill and r.measure in HEADLINE.get(r.skill, ()):
+                    lines.append(f"{r.skill + ', ' + r.measure + ' (' + r.treated + ' - ' + r.baseline + ')':<44} "
+                                 f"{r.mean_treated:8.3f} {r.mean_baseline:8.3f} {r.effect:+8.3f}   [{r.low:+.3f}, {r.high:+.3f}]")
     lines.append("files: " + ", ".join(str(p) for p in report.files.values()))
     return "\n".join(lines)

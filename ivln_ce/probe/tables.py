@@ -2,8 +2,10 @@
 
 Three tables, in the seed paper's terms: Scores (Eq. 1, x 100) per skill and agent;
 intervention effects (matched per probe) with hierarchical-bootstrap intervals; the mixed
-models' fixed effects with p-values. The CSV holds all three in one long table (a ``table``
-column says which), so a spreadsheet or pandas reads it directly.
+models' fixed effects with p-values. Runs with a rollout add a fourth: the effects on the
+rollout measures (``rollout_stats.py``) with their intervals and, where fitted, the mixed
+model. The CSV holds them all in one long table (a ``table`` column says which, a ``measure``
+column names a rollout row's measure), so a spreadsheet or pandas reads it directly.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Sequence
 
 from ivln_ce.probe.analysis import Analysis
 
-CSV_FIELDS = ("table", "agent", "skill", "contrast", "probes", "value", "low", "high", "se", "p_value", "model", "notes")
+CSV_FIELDS = ("table", "agent", "skill", "contrast", "probes", "value", "low", "high", "se", "p_value", "model", "notes", "measure")
 
 
 def _num(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
@@ -58,13 +60,28 @@ def _rows(analyses: Sequence[Analysis]) -> dict[str, list[list[str]]]:
             mixed.append([a.agent, r.skill, f"{r.treated} - {r.baseline}", _num(r.effect, digits=3), _num(r.se, digits=3),
                           _p(r.p_value), f"[{_num(r.ci_low, digits=3)}, {_num(r.ci_high, digits=3)}]" if r.ci_low is not None else "-",
                           r.model or ("none: " + r.notes[-1] if r.notes else "none")])
-    return {"scores": scores, "effects": effects, "mixed": mixed}
+    out = {"scores": scores, "effects": effects, "mixed": mixed}
+    if any(a.rollout for a in analyses):
+        rollout = [["agent", "skill", "measure", "contrast", "probes", "treated", "baseline", "effect [95 % interval]",
+                    "mixed model: effect, p"]]
+        for a in analyses:
+            for r in a.rollout:
+                m = r.mixed
+                mm = "-" if m is None else (f"{_num(m.effect, digits=3)}, p={_p(m.p_value)}" if m.model else
+                                            "none: " + (m.notes[-1] if m.notes else ""))
+                rollout.append([a.agent, r.skill, r.measure, f"{r.treated} - {r.baseline}", str(r.probes),
+                                _num(r.mean_treated, digits=3), _num(r.mean_baseline, digits=3),
+                                f"{_num(r.effect, digits=3)} [{_num(r.low, digits=3)}, {_num(r.high, digits=3)}]", mm])
+        out["rollout"] = rollout
+    return out
 
 
 TITLES = {
     "scores": "Score (Eq. 1, x100): mean probability on the grounding actions under the intervention, 95 % hierarchical-bootstrap interval",
     "effects": "Intervention effect: per probe, treated minus baseline grounding mass; 95 % hierarchical bootstrap (scenes, source episodes, probes)",
     "mixed": "Mixed model mass ~ I, random intercept and slope per scene and source episode (statsmodels MixedLM, REML)",
+    "rollout": "Rollout after p_j: per probe, treated minus baseline value of each measure (rates as 0/1); 95 % hierarchical "
+               "bootstrap; mixed model value ~ I where fitted",
 }
 
 
@@ -112,4 +129,14 @@ def csv_text(analyses: Sequence[Analysis]) -> str:
             w.writerow({"table": "mixed_model", "agent": a.agent, "skill": r.skill, "contrast": f"{r.treated} - {r.baseline}",
                         "probes": r.observations // 2, "value": r.effect, "low": r.ci_low, "high": r.ci_high, "se": r.se,
                         "p_value": r.p_value, "model": r.model, "notes": " | ".join(r.notes)})
+        for r in a.rollout:
+            w.writerow({"table": "rollout_effect", "agent": a.agent, "skill": r.skill, "measure": r.measure,
+                        "contrast": f"{r.treated} - {r.baseline}", "probes": r.probes, "value": r.effect, "low": r.low,
+                        "high": r.high})
+            m = r.mixed
+            if m is not None:
+                w.writerow({"table": "rollout_mixed_model", "agent": a.agent, "skill": r.skill, "measure": r.measure,
+                            "contrast": f"{r.treated} - {r.baseline}", "probes": m.observations // 2, "value": m.effect,
+                            "low": m.ci_low, "high": m.ci_high, "se": m.se, "p_value": m.p_value, "model": m.model,
+                            "notes": " | ".join(m.notes)})
     return buf.getvalue()

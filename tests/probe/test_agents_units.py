@@ -67,9 +67,12 @@ class Recorder:
     def __init__(self):
         self.calls = []
 
-    def step(self, views, executed):
+    def step(self, views, executed, rollout=None):
         self.calls.append([(v.stream_id, a) for v, a in zip(views, executed)])
         return np.full((len(views), 4), 0.25)
+
+    def record(self, streams, actions):
+        raise AssertionError("no rollout: the driver chooses no action")
 
     def drop(self, stream):
         pass

@@ -10,6 +10,7 @@ import pytest
 
 from ivln_ce.cli import main
 from ivln_ce.data.episodes import load_episodes
+from ivln_ce.probe.agent_rollout import RolloutRule
 from ivln_ce.probe.probe_set import ProbeSetError, read_probe_set
 from ivln_ce.probe.run_store import RunStoreError
 from ivln_ce.probe.teacher import TeacherRule
@@ -40,7 +41,7 @@ class HashScorer:
         self.steps: dict[str, int] = {}
         self.executed: dict[str, list[int]] = {}
 
-    def step(self, views, executed):
+    def step(self, views, executed, rollout=None):
         out = []
         for v, a in zip(views, executed):
             n = self.steps.get(v.stream_id, 0)
@@ -48,6 +49,9 @@ class HashScorer:
             self.steps[v.stream_id] = n + 1
             self.executed.setdefault(v.tour_id, []).append(int(a))
         return np.stack(out)
+
+    def record(self, streams, actions):
+        raise AssertionError("no rollout in these runs: the driver chooses no action")
 
     def drop(self, stream):
         self.steps.pop(stream)
@@ -57,7 +61,8 @@ def test_each_reading_is_filed_under_its_probe_and_condition(probes, tiny_benchm
     results = {}
     for k in (1, 3):
         scorer = HashScorer()
-        run(probes, tiny_benchmark, tmp_path / f"k{k}", f"eval.num_envs={k}", "eval.agent=uniform", limit=4, scorer=scorer)
+        run(probes, tiny_benchmark, tmp_path / f"k{k}", f"eval.num_envs={k}", "eval.agent=uniform", limit=4, scorer=scorer,
+            rollout=RolloutRule(steps=0))  # the readings alone (test_rollout.py files the rollouts)
         recs = json.loads((tmp_path / f"k{k}" / "probe_results.json").read_text())["records"]
         results[k] = {(r["probe_id"], r["condition"]): r for r in recs}
         for r in recs:
@@ -152,12 +157,15 @@ def test_a_learned_policy_reads_the_same_with_one_or_two_environments(probes, ti
     pytest.importorskip("torch", reason="policies need torch")
     policy = ["eval.agent=policy", "policy.name=map_cma", "policy.depth_backbone=small", "mapping.semantics=gt",
               "simulator.sensors=[depth,semantic]", *[f"simulator.{s}.{d}=32" for s in ("depth", "semantic") for d in ("width", "height")]]
-    got = {}
+    got, rolled = {}, {}
     for k in (1, 2):
-        run(probes, tiny_benchmark, tmp_path / f"k{k}", *policy, f"eval.num_envs={k}", limit=1, skills=("stop",))
+        run(probes, tiny_benchmark, tmp_path / f"k{k}", *policy, f"eval.num_envs={k}", limit=1, skills=("stop",),
+            rollout=RolloutRule(steps=4))
         recs = json.loads((tmp_path / f"k{k}" / "probe_results.json").read_text())["records"]
         got[k] = {(r["probe_id"], r["condition"]): r["distribution"] for r in recs}
+        rolled[k] = {(r["probe_id"], r["condition"]): (r["rollout"]["actions"], r["rollout"]["end_position"]) for r in recs}
     assert got[1].keys() == got[2].keys() and len(got[1]) == 3
+    assert rolled[1] == rolled[2]  # the policy's own actions after p_j, its memory continuing per stream
     for key in got[1]:
         assert np.allclose(got[1][key], got[2][key], atol=1e-5)
     assert len({tuple(v) for v in got[1].values()}) == 3  # the instruction reaches the policy: conditions differ

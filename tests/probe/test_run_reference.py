@@ -118,3 +118,47 @@ def test_reference_agents_score_what_the_hand_says(probes, tiny_benchmark, tmp_p
         assert r["distance_to_point"] <= 0.25 + 1e-3 and (r["heading_error_deg"] or 0.0) <= 7.5 + 1e-6
     md = (tmp_path / agent / "probe_tables.md").read_text()
     assert f"| stop | {100 * want_stop:.2f} [" in md
+    _check_rollouts(agent, records, metas, report)
+
+
+#: the direction sectors' centres (degrees, positive to the left)
+CENTRE = {"forward": 0.0, "left": 60.0, "back_left": 120.0, "backward": 180.0, "back_right": -120.0, "right": -60.0}
+BUDGET = 15  # probe run's default --rollout-steps
+
+
+def _check_rollouts(agent, records, metas, report):
+    """The known rollouts of the reference agents (argmax, the default budget); see reference_agents.py."""
+    by = {(r["probe_id"], r["condition"]): r["rollout"] for r in records}
+    for r in records:
+        ro, m = r["rollout"], metas[r["probe_id"]]
+        twin = by[(r["probe_id"], m["intervened_condition"])]
+        if agent == "uniform":  # STOP wins the four-way tie at once
+            assert (ro["steps"], ro["stopped"], ro["heading_change_deg"], ro["displacement_m"]) == (0, True, 0.0, 0.0)
+        elif agent == "forward_biased":  # the instruction is ignored: the same walk in every condition, never a stop
+            assert ro == twin and (ro["steps"], ro["stopped"]) == ((BUDGET, False) if m["free_sectors"] else (0, True))
+        elif not r["intervened"] or m["skill"] == "stop":  # uniform without I_int, STOP with it: stops at once
+            assert (ro["steps"], ro["stopped"], ro["heading_change_deg"]) == (0, True, 0.0)
+            if m["skill"] == "room":
+                assert ro["delta_d"] == 0.0  # d_geo from p_j agrees with the build's, up to where the reading stood
+                assert abs(ro["d_geo_start"] - m["target_room"]["geodesic_distance"]) <= r["distance_to_point"] + 0.1
+        elif m["skill"] == "direction":  # turns to the sector's centre, then stops (forward: one step, then stops)
+            centre = CENTRE[m["target_sector"]]
+            assert ro["heading_change_deg"] == pytest.approx(centre, abs=1e-3) and ro["final_in_sector"]
+            assert ro["stopped"] and ro["steps"] == (abs(centre) // 15 if centre else 1)
+            assert ro["actions"] == [{0.0: 1, 60.0: 2, 120.0: 2, 180.0: 2, -120.0: 3, -60.0: 3}[centre]] * ro["steps"]
+        elif m["skill"] == "object":  # faces the object to within half a turn, then stops
+            assert ro["stopped"] and ro["object_error_deg"] <= 7.5 + 1e-3
+            assert ro["object_error_start_deg"] == by[(r["probe_id"], "no_intervention")]["object_error_deg"]
+        else:  # room: walks along the shortest path's first stretch: closer to the room type
+            assert ro["delta_d"] > 0 and ro["d_geo_end"] < ro["d_geo_start"]
+    rows = report.analysis.rollout
+    assert rows and {r.skill for r in rows} >= {"stop", "direction", "object", "room"}
+    if agent != "probe_oracle":  # blind to the instruction: every rollout effect is exactly 0
+        assert all(r.effect == 0.0 for r in rows)
+    else:
+        eff = {(r.skill, r.measure, r.treated, r.baseline): r.effect for r in rows}
+        assert eff[("stop", "stopped", "explicit", "implicit")] == 0.0  # stops in every condition (argmax ties)
+        forward = np.mean([m["target_sector"] == "forward" for m in metas.values() if m["skill"] == "direction"])
+        assert eff[("direction", "final_in_sector", "intervention", "no_intervention")] == pytest.approx(1 - forward)
+        assert eff[("room", "delta_d", "intervention", "no_intervention")] > 0
+        assert eff[("object", "object_error_deg", "intervention", "no_intervention")] < 0
