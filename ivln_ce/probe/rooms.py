@@ -150,7 +150,8 @@ class RoomFinder:
     def nearest(self, room_type: str, p: Sequence[float]) -> tuple[float, Region | None, np.ndarray | None]:
         """(d_geo, region, floor point) of the floor point of a ``room_type`` region nearest to ``p``
         by geodesic distance; (inf, None, None) when none can be reached. Floor points are sampled
-        at the height of the first point asked about in each region (one floor per scene)."""
+        at the height of the first point asked about in each region, or at the region's floor when
+        the annotations put it on another floor."""
         p = np.asarray(p, dtype=np.float64)
         best: tuple[float, Region | None, np.ndarray | None] = (math.inf, None, None)
         for region in self.semantics.regions:
