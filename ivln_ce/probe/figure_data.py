@@ -60,6 +60,8 @@ ACTION_WEDGES = {MOVE_FORWARD: (-FORWARD_HALF_WIDTH_DEG, FORWARD_HALF_WIDTH_DEG)
                  TURN_RIGHT: (-180.0, -FORWARD_HALF_WIDTH_DEG)}
 ERROR_BIN_DEG = 15.0
 HEADING_BIN_DEG = 15.0
+#: bin width (m) of the d_geo(n_end, n_near) ridgeline
+END_BIN_M = 0.5
 DELTA_BIN_M = 0.25
 
 
@@ -310,3 +312,33 @@ def room_delta_rows(runs: Sequence[RunRecords], bin_m: float = DELTA_BIN_M) -> l
                              "density": float(np.sum(ks == k)) / (len(vals) * bin_m), "probes": len(vals),
                              "mean": float(vals.mean()), "median": float(np.median(vals))})
     return rows
+
+
+def room_end_rows(runs: Sequence[RunRecords], metas: Mapping[str, Mapping[str, Any]] | None,
+                  bin_m: float = END_BIN_M) -> list[dict]:
+    """The seed's ridgeline: density of d_geo(n_end, n_near), the geodesic distance from where the
+    rollout ended to the nearest region of the target room type, per agent, hop count (or variant
+    without the build) and condition, over common bins of ``bin_m`` (bin k is [k * bin_m, (k + 1) * bin_m))."""
+    if not (math.isfinite(bin_m) and bin_m > 0):
+        raise ValueError(f"d_geo bin width must be a positive number of metres, got {bin_m}")
+    rows = []
+    for run in runs:
+        recs = [r for r in _rollout(run, ROOM) if r["rollout"].get("d_geo_end") is not None]
+        if not recs:
+            continue
+        every = np.array([float(r["rollout"]["d_geo_end"]) for r in recs])
+        top = int(math.floor(every.max() / bin_m + 1e-9))
+        groups = sorted({room_group(r, metas) for r in recs}, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g))
+        for g in groups:
+            for cond in CONDITIONS[ROOM]:
+                vals = np.array([float(r["rollout"]["d_geo_end"]) for r in recs
+                                 if r["condition"] == cond and room_group(r, metas) == g])
+                if not vals.size:
+                    continue
+                ks = np.floor(vals / bin_m + 1e-9).astype(int)
+                for k in range(0, top + 1):
+                    rows.append({"agent": run.agent, "group": g, "condition": cond, "d_geo_lo_m": k * bin_m,
+                                 "d_geo_hi_m": (k + 1) * bin_m, "density": float(np.sum(ks == k)) / (len(vals) * bin_m),
+                                 "probes": len(vals), "mean": float(vals.mean()), "median": float(np.median(vals))})
+    return rows
+

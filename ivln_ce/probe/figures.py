@@ -3,7 +3,9 @@
 One figure per skill, every agent in it (``figure_data.py`` says what each shows and how an
 action distribution is read): ``stop_vs_length``, ``direction_polar``, ``object_error``,
 ``room_correct_mass``; and, when the runs have rollouts after p_j, ``direction_rollout_polar``
-(the heading at the end of the rollout), ``object_rollout_error`` and ``room_delta_d``. Each is written as ``.png`` and ``.svg`` with its numbers as ``.csv``
+(the heading at the end of the rollout), ``object_rollout_error``, ``room_delta_d`` and
+``room_end_by_hops`` (the seed's ridgeline of d_geo(n_end, n_near) per hop count). Each is
+written as ``.png`` and ``.svg`` with its numbers as ``.csv``
 beside it, every file atomically, and ``figures.json`` lists what was drawn and what was
 skipped and why (a skill no run has; the object figure without the build folder, whose
 ``probe.json`` files hold the object's direction). Only files of these names are written into
@@ -34,6 +36,8 @@ INDEX = "figures.json"
 NAMES = {STOP: "stop_vs_length", DIRECTION: "direction_polar", OBJECT: "object_error", ROOM: "room_correct_mass"}
 #: the figures of the rollout after p_j, per skill (drawn when some run has rollouts of the skill)
 ROLLOUT_NAMES = {DIRECTION: "direction_rollout_polar", OBJECT: "object_rollout_error", ROOM: "room_delta_d"}
+#: the room rollout's second figure: d_geo(n_end, n_near) per hop count
+ROOM_END_NAME = "room_end_by_hops"
 COLOURS = {"implicit": "#1f77b4", "explicit": "#2ca02c", "one_step_ahead": "#d62728",
            "no_intervention": "#d62728", "intervention": "#1f77b4"}
 LABELS = {"implicit": "implicit stop", "explicit": "explicit stop", "one_step_ahead": "one step ahead",
@@ -335,7 +339,41 @@ def draw_room_delta(rows: list[dict]):
     return fig
 
 
-def _rollout_figures(data: list[fd.RunRecords], out: Path, rep: FigureReport) -> None:
+def draw_room_end(rows: list[dict]):
+    """Per agent, a ridgeline: one row per hop count (or variant), the density of d_geo(n_end,
+    n_near) per condition on that row's baseline, means as ticks."""
+    import matplotlib.pyplot as plt
+
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    fig, axes = plt.subplots(1, len(agents), figsize=(5.5 * len(agents), 4.2), squeeze=False)
+    for ax, agent in zip(axes[0], agents):
+        mine = [r for r in rows if r["agent"] == agent]
+        groups = list(dict.fromkeys(r["group"] for r in mine))
+        peak = max((r["density"] for r in mine), default=1.0) or 1.0
+        for i, g in enumerate(groups):
+            base = float(i)
+            ax.axhline(base, color="#bbbbbb", lw=0.6)
+            for cond in CONDITIONS[ROOM]:
+                rs = [r for r in mine if r["group"] == g and r["condition"] == cond]
+                if not rs:
+                    continue
+                x = [r["d_geo_lo_m"] for r in rs] + [rs[-1]["d_geo_hi_m"]]
+                y = [base + 0.9 * r["density"] / peak for r in rs]
+                y = y + [y[-1]]
+                ax.step(x, y, where="post", color=COLOURS[cond],
+                        label=LABELS[cond] if i == 0 else None)
+                ax.plot([rs[0]["mean"]] * 2, [base, base + 0.25], color=COLOURS[cond], lw=2)
+        ax.set_yticks(range(len(groups)))
+        ax.set_yticklabels([f"{g} hop{'s' if g != '1' else ''}" if g.isdigit() else g for g in groups], fontsize=8)
+        ax.set_xlabel("d_geo(end of the rollout, nearest region of the type) (m)")
+        ax.set_title(_text(agent), fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+def _rollout_figures(data: list[fd.RunRecords], out: Path, rep: FigureReport, metas=None) -> None:
     """The rollout figures of every skill some run has rollouts of."""
     if fd.has_rollouts(data, DIRECTION):
         rows = fd.direction_rollout_rows(data)
@@ -363,6 +401,16 @@ def _rollout_figures(data: list[fd.RunRecords], out: Path, rep: FigureReport) ->
                                      "per condition; dashed: means."))
         else:
             rep.skipped[ROLLOUT_NAMES[ROOM]] = "no room rollout has a delta d (the room type was unreachable)"
+        rows = fd.room_end_rows(data, metas)
+        if rows:
+            rep.figures.append(_save(draw_room_end(rows), out, ROOM_END_NAME, "Distance to the room type at the end, by hops",
+                                     rows, f"The seed's ridgeline: per hop count from p_j to the nearest region of the target room "
+                                     f"type (the variant, 1_hop or k_hop, without the build folder), the density of the geodesic "
+                                     f"distance from where the rollout ended to that room type, d_geo(n_end, n_near), "
+                                     f"{fd.END_BIN_M:g} m bins, per condition; ticks: means. Each row is scaled to the panel's "
+                                     "highest density; the CSV holds the densities."))
+        else:
+            rep.skipped[ROOM_END_NAME] = "no room rollout ended at a known distance (the room type was unreachable)"
 
 
 # --------------------------------------------------------------------------- the command
@@ -427,7 +475,7 @@ def make_figures(runs: Sequence[Path], out: Path, probes: Path | None = None, bi
                                  + " (boxes: quartiles, whiskers 1.5 IQR; diamonds: means)."))
         if metas is None:
             rep.notes.append("room figure per variant: give --probes (the build folder) for hop counts")
-    _rollout_figures(data, out, rep)
+    _rollout_figures(data, out, rep, metas)
     write_json(out / INDEX, {"format": FORMAT, "runs": [str(r) for r in runs], "agents": rep.agents,
                              "probes": str(probes) if probes is not None else None,
                              "figures": [{"name": f.name, "title": f.title, "png": f.png.name, "svg": f.svg.name,

@@ -234,7 +234,7 @@ def test_rollout_figures_hold_the_hand_computed_numbers(tmp_path):
     write_json(run / "probe_results.json", {**results, "records": _hand_records()})
     rep = make_figures([run], tmp_path / "out", resamples=100)
     names = [f.name for f in rep.figures]
-    assert names[-3:] == ["direction_rollout_polar", "object_rollout_error", "room_delta_d"]
+    assert names[-4:] == ["direction_rollout_polar", "object_rollout_error", "room_delta_d", "room_end_by_hops"]
 
     def table(name):
         with open(tmp_path / "out" / f"{name}.csv", newline="") as fh:
@@ -252,9 +252,22 @@ def test_rollout_figures_hold_the_hand_computed_numbers(tmp_path):
     assert dens[("no_intervention", 0.0)] == pytest.approx(4 / 3) and dens[("no_intervention", -0.5)] == pytest.approx(8 / 3)
     assert dens[("intervention", 1.0)] == pytest.approx(2.0) and dens[("intervention", 0.5)] == pytest.approx(2.0)
     assert float(next(r["mean"] for r in rd if r["condition"] == "intervention")) == pytest.approx(0.8)
+    # the ridgeline, without the build: groups are variants; kitchen is 1_hop, bedroom and bathroom k_hop;
+    # d_geo at the end: no intervention 2.0 | 6.3, 7.3; intervention 1.0 | 5.4 (the bathroom has none)
+    ends = {(r["group"], r["condition"], float(r["d_geo_lo_m"])): float(r["density"]) for r in table("room_end_by_hops")}
+    assert max(k[2] for k in ends) == 7.0  # common bins of 0.5 m up to the largest distance, 7.3
+    assert ends[("1_hop", "no_intervention", 2.0)] == pytest.approx(2.0) and ends[("1_hop", "intervention", 1.0)] == pytest.approx(2.0)
+    assert ends[("k_hop", "no_intervention", 6.0)] == pytest.approx(1.0) and ends[("k_hop", "no_intervention", 7.0)] == pytest.approx(1.0)
+    assert ends[("k_hop", "intervention", 5.0)] == pytest.approx(2.0)
+    assert sum(v for (g, c, _), v in ends.items() if (g, c) == ("k_hop", "no_intervention")) * 0.5 == pytest.approx(1.0)
+    with_build = make_figures([run], tmp_path / "out3", probes=handmade.write_build(tmp_path / "build"), resamples=100)
+    assert "room_end_by_hops" in [f.name for f in with_build.figures]
+    groups = {r["group"] for r in csv.DictReader(open(tmp_path / "out3" / "room_end_by_hops.csv", newline=""))}
+    assert groups == {"1", "3"}  # hop counts from the build's probe.json
     # without rollouts none of them is drawn
     plain = make_figures([handmade.write_run(tmp_path / "plain")], tmp_path / "out2", resamples=100)
-    assert not {f.name for f in plain.figures} & {"direction_rollout_polar", "object_rollout_error", "room_delta_d"}
+    assert not {f.name for f in plain.figures} & {"direction_rollout_polar", "object_rollout_error", "room_delta_d",
+                                                  "room_end_by_hops"}
 
 
 # --------------------------------------------------------------------------- probe run on the tiny benchmark
