@@ -58,6 +58,20 @@ def _instruction(build: Path, pid: str, rec: dict, notes: list[str]) -> dict[str
     return parts
 
 
+#: the rollout fields an example shows, in order (the skill's outcome fields when present)
+ROLLOUT_SHOWN = ("steps", "stopped", "heading_change_deg", "displacement_m", "final_in_sector", "sector_error_deg",
+                 "object_error_deg", "object_distance_m", "d_geo_start", "d_geo_end", "delta_d", "in_target_room")
+
+
+def rollout_summary(rollout: Any) -> dict[str, Any] | None:
+    """What the report shows of one condition's rollout: its actions by name and the outcome fields."""
+    if not isinstance(rollout, dict):
+        return None
+    out = {k: rollout[k] for k in ROLLOUT_SHOWN if k in rollout}
+    out["actions"] = [ACTIONS[int(a)] for a in rollout.get("actions", []) if 0 <= int(a) < len(ACTIONS)]
+    return out
+
+
 def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_skill: int = EXAMPLES_PER_SKILL,
                 resamples: int = 2000) -> dict[str, Any]:
     """The probe section's data (plain JSON types; figure paths inside ``figures_dir``)."""
@@ -83,7 +97,8 @@ def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_sk
                 "source_episode": first["source_episode"], "point": first["point"],
                 "correct_actions": first.get("correct_actions", []), "intervened_condition": INTERVENED[skill],
                 "conditions": [{"condition": c, "distribution": conds[c]["distribution"],
-                                "correct_mass": conds[c]["correct_mass"]} for c in CONDITIONS[skill] if c in conds],
+                                "correct_mass": conds[c]["correct_mass"], "rollout": rollout_summary(conds[c].get("rollout"))}
+                               for c in CONDITIONS[skill] if c in conds],
                 "instruction": _instruction(Path(probes), pid, first, notes) if probes is not None else None,
             })
     return {"agent": agent, "run": str(run), "actions": list(ACTIONS),

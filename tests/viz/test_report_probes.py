@@ -116,3 +116,34 @@ def test_probe_page_in_a_browser(probe_report, tmp_path):
         assert severe_logs(driver) == []
     finally:
         stop(driver)
+
+
+def test_rollouts_show_per_condition_in_the_examples(tmp_path):
+    from ivln_ce.data.jsonio import write_json
+    from tests.probe.test_rollout import _hand_records
+
+    run = write_run(tmp_path / "run")
+    results = json.loads((run / "probe_results.json").read_text())
+    records = _hand_records()
+    for r in records:  # actions the agent took after p_j (by index): turn left twice and stop
+        if "rollout" in r:
+            r["rollout"]["actions"] = [2, 2]
+    write_json(run / "probe_results.json", {**results, "records": records})
+    rep = build_report(None, tmp_path / "report", progress=False, workers=1,
+                       probes=lambda folder: report_part(run, folder, None, resamples=100))
+    data = parse(rep.out / "probes.html").json["probe-data"]
+    kitchen = next(ex for ex in data["examples"] if ex["probe_id"] == "room-eA-p1-kitchen")
+    got = {c["condition"]: c["rollout"] for c in kitchen["conditions"]}
+    assert got["intervention"]["delta_d"] == 1.0 and got["intervention"]["d_geo_end"] == 1.0
+    assert got["no_intervention"]["delta_d"] == 0.0 and got["intervention"]["actions"] == ["TURN_LEFT", "TURN_LEFT"]
+    stop = next(ex for ex in data["examples"] if ex["skill"] == "stop")
+    assert all(c["rollout"] is None for c in stop["conditions"])  # no rollout in the hand-made stop records
+    html = (rep.out / "probes.html").read_text()
+    assert html.count('class="rollout"') == len(HAND_ROLLOUT_PROBES)
+    assert "<td>delta d (m)</td><td>0.00</td><td>1.00</td>" in html  # no_intervention, then intervention
+    assert "<code>TURN_LEFT TURN_LEFT</code>" in html
+
+
+#: the probes test_rollout's hand-made records give rollouts to
+HAND_ROLLOUT_PROBES = {"direction-eA-p1-left", "direction-eB-p1-left", "object-eA-p1-chair", "object-eB-p1-plant",
+                       "room-eA-p1-kitchen", "room-eB-p1-bedroom", "room-eB-p1-bathroom"}

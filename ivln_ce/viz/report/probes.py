@@ -89,6 +89,35 @@ def _instruction(ex: dict) -> str:
     return f'<p class="instr">{escape(ins["before"])}{mark}</p>'
 
 
+_ROLLOUT_LABELS = {"steps": "actions after p_j", "stopped": "stopped", "heading_change_deg": "heading change (deg)",
+                   "displacement_m": "moved (m)", "final_in_sector": "ends in the sector", "sector_error_deg": "off the sector centre (deg)",
+                   "object_error_deg": "angle to the object (deg)", "object_distance_m": "to the object (m)",
+                   "d_geo_start": "d_geo at p_j (m)", "d_geo_end": "d_geo at the end (m)", "delta_d": "delta d (m)",
+                   "in_target_room": "ends in the room"}
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "&ndash;"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return num(v) if isinstance(v, float) else escape(str(v))
+
+
+def rollout_table(conds: list[dict]) -> str:
+    """One column per condition with a rollout: its actions and the outcome fields (empty without rollouts)."""
+    rolled = [c for c in conds if c.get("rollout")]
+    if not rolled:
+        return ""
+    keys = [k for k in _ROLLOUT_LABELS if any(k in c["rollout"] for c in rolled)]
+    head = "".join(f"<th>{escape(c['condition'])}</th>" for c in rolled)
+    rows = [f"<tr><td>actions</td>" + "".join(f"<td><code>{escape(' '.join(c['rollout'].get('actions', [])) or '-')}</code></td>"
+                                               for c in rolled) + "</tr>"]
+    rows += [f"<tr><td>{escape(_ROLLOUT_LABELS[k])}</td>" + "".join(f"<td>{_cell(c['rollout'].get(k))}</td>" for c in rolled)
+             + "</tr>" for k in keys]
+    return f'<table class="rollout"><tr><th>rollout after p_j</th>{head}</tr>{"".join(rows)}</table>'
+
+
 def _example(ex: dict, actions: list[str]) -> str:
     conds = ex["conditions"]
     mass = " &middot; ".join(f'{escape(c["condition"])} {num(c["correct_mass"])}' for c in conds)
@@ -98,7 +127,7 @@ def _example(ex: dict, actions: list[str]) -> str:
             f'{_instruction(ex)}<dl class="kv"><dt>scene, source, j</dt><dd>{escape(ex["scene_id"])}, '
             f'{escape(str(ex["source_episode"]))}, {escape(str(ex["point"]))}</dd><dt>grounding actions</dt>'
             f'<dd>{escape(", ".join(ex.get("correct_actions", [])))}</dd></dl>'
-            f'{bars_svg(actions, conds, list(ex.get("correct_actions", [])))}</details>')
+            f'{bars_svg(actions, conds, list(ex.get("correct_actions", [])))}{rollout_table(conds)}</details>')
 
 
 def probe_page(section: ProbeSection) -> str:
@@ -113,7 +142,8 @@ def probe_page(section: ProbeSection) -> str:
                      f'<figcaption>{escape(f.caption)} <a href="{escape(f.svg)}">SVG</a> &middot; '
                      f'<a href="{escape(f.csv)}">CSV</a></figcaption></figure>')
     parts.append('<h2>Example probes</h2><p class="muted">Bars per condition: P(STOP), P(MOVE_FORWARD), P(TURN_LEFT), '
-                 'P(TURN_RIGHT); the grounding actions outlined. I_int is <mark class="int">marked</mark>.</p>')
+                 'P(TURN_RIGHT); the grounding actions outlined. I_int is <mark class="int">marked</mark>. When the run has '
+                 'rollouts, a table per probe gives what the agent did on its own after p_j in each condition.</p>')
     skills = list(dict.fromkeys(ex["skill"] for ex in section.examples))
     for skill in skills:
         exs = [ex for ex in section.examples if ex["skill"] == skill]
