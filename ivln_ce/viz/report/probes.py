@@ -111,7 +111,7 @@ def rollout_table(conds: list[dict]) -> str:
         return ""
     keys = [k for k in _ROLLOUT_LABELS if any(k in c["rollout"] for c in rolled)]
     head = "".join(f"<th>{escape(c['condition'])}</th>" for c in rolled)
-    rows = [f"<tr><td>actions</td>" + "".join(f"<td><code>{escape(' '.join(c['rollout'].get('actions', [])) or '-')}</code></td>"
+    rows = ["<tr><td>actions</td>" + "".join(f"<td><code>{escape(' '.join(c['rollout'].get('actions', [])) or '-')}</code></td>"
                                                for c in rolled) + "</tr>"]
     rows += [f"<tr><td>{escape(_ROLLOUT_LABELS[k])}</td>" + "".join(f"<td>{_cell(c['rollout'].get(k))}</td>" for c in rolled)
              + "</tr>" for k in keys]
