@@ -178,20 +178,22 @@ class EpisodeRewards:
     """One episode's per-action rewards and what TensorBoard reports about it."""
 
     rewards: np.ndarray  # (T,) the weighted total
-    terms: dict[str, float]  # episode sum of each named reward (unweighted) and of the shaping
+    terms: dict[str, float]  # episode sum of every named reward (unweighted, weighted in or not) and of the shaping
     success: float
     cls: float
     ndtw: float
 
 
 def episode_rewards(outcome: EpisodeOutcome, spec: RewardSpec) -> EpisodeRewards:
-    """The weighted sum of the named rewards (plus the shaping) for one episode."""
+    """The weighted sum of the named rewards (plus the shaping) for one episode; every named
+    reward's episode sum is reported, so runs with different rewards can be compared."""
     total = np.zeros(outcome.steps, dtype=np.float64)
     terms: dict[str, float] = {}
-    for name, weight in spec.weights.items():
-        r = REWARD_FUNCTIONS[name](outcome, spec)
+    for name, function in REWARD_FUNCTIONS.items():
+        r = function(outcome, spec)
         terms[name] = float(r.sum())
-        total += weight * r
+        if name in spec.weights:
+            total += spec.weights[name] * r
     if spec.cls_shaping:
         shaping = cls_shaping(outcome, spec.d_th)
         terms["cls_shaping"] = float(shaping.sum())

@@ -55,7 +55,7 @@ def test_weighted_sum_and_its_terms():
     spec = RewardSpec(weights=parse_reward("goal:0.5, fidelity:2"))
     out = episode_rewards(FOLLOW, spec)
     assert out.rewards.tolist() == pytest.approx([0.5, 0.5, 0.5, 0.5 + 4.0])
-    assert out.terms == pytest.approx({"goal": 4.0, "fidelity": 2.0})
+    assert out.terms == pytest.approx({"goal": 4.0, "fidelity": 2.0, "ndtw": 2.0})  # every reward reported, weighted or not
     assert (out.success, out.cls, out.ndtw) == (1.0, pytest.approx(1.0), pytest.approx(1.0))
     astray = episode_rewards(ASTRAY, RewardSpec(weights={"ndtw": 1.0}))
     assert astray.success == 0.0 and astray.ndtw == pytest.approx(math.exp(-5 / 6))
