@@ -195,7 +195,8 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             scalars = rollout_scalars(episodes, world)
             left = int(tc.max_steps) - state.step if tc.max_steps else None
             t1 = time.perf_counter()
-            steps = run_update(policy, value_head, opt, params, episodes, settings, int(cfg.seed), u, left)
+            keys = [(data.items[k].tour.tour_id, str(e.episode_id)) for k in plan for e in data.items[k].episodes]
+            steps = run_update(policy, value_head, opt, params, episodes, settings, int(cfg.seed), u, left, keys)
             state.step += len(steps)
             state.episodes_collected += int(scalars["episodes"])
             state.steps_collected += int(round(scalars["episode_length"] * scalars["episodes"]))

@@ -158,15 +158,17 @@ def losses(policy, value_head: ValueHead, batch: RolloutBatch, algorithm: str, c
             "entropy": mean_entropy.detach(), "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
 
-def minibatch_of(seed: int, update: int, epoch: int, episode: EpisodeRollout, minibatches: int) -> int:
-    """The minibatch an episode joins in one pass: a seeded function of the episode alone, so
-    every rank (whatever share of the rollout it ran) assigns it alike."""
-    if minibatches <= 1:
-        return 0
-    from ivln_ce.rollout.policy_agent import tour_key
-
-    key = np.random.SeedSequence([int(seed), int(update), int(epoch), tour_key(episode.tour_id), tour_key(episode.episode_id), 31])
-    return int(key.generate_state(1, np.uint64)[0] % np.uint64(minibatches))
+def minibatch_groups(keys: list[tuple[str, str]], seed: int, update: int, epoch: int, minibatches: int) -> dict[tuple[str, str], int]:
+    """The minibatch of every episode of the update's rollout, keyed (tour id, episode id):
+    a seeded permutation of ``keys`` (every episode the update's plan rolls out, in plan order:
+    every rank knows them, whichever share it ran) cut into ``minibatches`` parts whose sizes
+    differ by at most one, so every rank assigns each episode alike."""
+    order = np.random.default_rng([int(seed), int(update), int(epoch), 31]).permutation(len(keys))
+    out: dict[tuple[str, str], int] = {}
+    for group, part in enumerate(np.array_split(order, max(1, int(minibatches)))):
+        for i in part:
+            out[keys[int(i)]] = group
+    return out
 
 
 @dataclass
@@ -196,12 +198,15 @@ SCALARS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fr
 
 
 def run_update(policy, value_head: ValueHead, opt, params, episodes: list[EpisodeRollout], settings: UpdateSettings,
-               seed: int, update: int, max_steps: int | None = None) -> list[dict[str, float]]:
+               seed: int, update: int, max_steps: int | None = None,
+               keys: list[tuple[str, str]] | None = None) -> list[dict[str, float]]:
     """Optimizer steps on one rollout (this rank's ``episodes``); returns each step's scalars
     (global means). A2C makes one pass, PPO ``ppo_epochs``; each pass makes ``minibatches``
-    steps. Under torchrun every rank calls this with its own episodes: gradients are summed
-    over ranks (each rank's loss is its share of the global mean), advantages normalised with
-    the global moments, so N ranks take the single-process steps. ``max_steps`` caps the
+    steps (fewer when the rollout has fewer episodes). ``keys``: every episode of the rollout,
+    every rank's, as (tour id, episode id) in plan order (default: ``episodes``' own, right for
+    one process). Under torchrun every rank calls this with its own episodes: gradients are
+    summed over ranks (each rank's loss is its share of the global mean), advantages normalised
+    with the global moments, so N ranks take the single-process steps. ``max_steps`` caps the
     number of steps (``train.max_steps``)."""
     from ivln_ce.training import distributed as ddp
 
@@ -215,9 +220,13 @@ def run_update(policy, value_head: ValueHead, opt, params, episodes: list[Episod
     policy.eval()  # BatchNorm statistics stay those of the rollout: the replayed log-probs are the rollout's
     out: list[dict[str, float]] = []
     for epoch in range(passes):
+        where = minibatch_groups(keys if keys is not None else [(e.tour_id, e.episode_id) for e in episodes], seed, update, epoch,
+                                 settings.minibatches)
         groups: list[list[int]] = [[] for _ in range(settings.minibatches)]
         for i, e in enumerate(episodes):
-            groups[minibatch_of(seed, update, epoch, e, settings.minibatches)].append(i)
+            if (e.tour_id, e.episode_id) not in where:
+                raise ValueError(f"episode {e.episode_id} of tour {e.tour_id} is not among the rollout's planned episodes")
+            groups[where[(e.tour_id, e.episode_id)]].append(i)
         for group in groups:
             if max_steps is not None and len(out) >= max_steps:
                 return out

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,10 +85,11 @@ def test_a_run_writes_checkpoints_the_evaluator_loads_and_its_scalars(tiny_bench
     assert json.loads((out / "train_summary.json").read_text())["trainer"] == "rl"
 
 
-TRAIN_SCRIPT = textwrap.dedent("""
+DEFAULT = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+TRAIN_SCRIPT = textwrap.dedent(f"""
     import sys
     from ivln_ce.cli import main
-    sys.exit(main(["train", *sys.argv[1:]]))
+    sys.exit(main(["train", "--config", {str(DEFAULT)!r}, *sys.argv[1:]]))
 """)
 
 
@@ -103,7 +105,7 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path):
     args = rl_args(tiny_benchmark, "unused", "train.iterations=3", "train.update_size=2", "train.rl.algorithm=ppo", "train.rl.ppo_epochs=2",
                    "train.rl.minibatches=2", "train.rl.checkpoint_every=2")
     full = tmp_path / "full"
-    train_rl(load_config(None, [*args, f"train.out_dir={full}"]), show_progress=False)
+    train_rl(load_config(str(DEFAULT), [*args, f"train.out_dir={full}"]), show_progress=False)
     killed = tmp_path / "killed"
     env = dict(os.environ)
     p = subprocess.Popen([sys.executable, "-c", TRAIN_SCRIPT, *args, f"train.out_dir={killed}"], env=env, stdout=subprocess.DEVNULL,
@@ -116,11 +118,12 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path):
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert read_checkpoint(killed / "resume.pt")["state"]["round"] == 1
-    summary = train_rl(load_config(None, [*args, f"train.out_dir={killed}"]), show_progress=False)
+    summary = train_rl(load_config(str(DEFAULT), [*args, f"train.out_dir={killed}"]), show_progress=False)
     assert summary["resumed"] is True and summary["checkpoints"] == ["ckpt.1.pth", "ckpt.2.pth"]
     a, sa = _weights(full)
     b, sb = _weights(killed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # 3 updates x 2 PPO passes x 2 minibatches of the update's 2 episodes
     assert sa["step"] == sb["step"] == 12 and sa["episodes_collected"] == sb["episodes_collected"] == 6
     ca, cb = read_checkpoint(full / "ckpt.2.pth")["state_dict"], read_checkpoint(killed / "ckpt.2.pth")["state_dict"]
     assert all(torch.equal(ca[k], cb[k]) for k in ca)

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="reinforcement fine-tuning needs tor
 from ivln_ce.config import load_config  # noqa: E402
 from ivln_ce.rl.rewards import EpisodeRewards  # noqa: E402
 from ivln_ce.rl.rollout import EpisodeRollout  # noqa: E402
-from ivln_ce.rl.update import UpdateSettings, ValueHead, advantages, collate, losses, minibatch_of, run_update  # noqa: E402
+from ivln_ce.rl.update import UpdateSettings, ValueHead, advantages, collate, losses, minibatch_groups, run_update  # noqa: E402
 
 SMALL = ["policy.name=cma", "policy.depth_backbone=small", "policy.rgb_depth=18"]
 
@@ -105,13 +105,19 @@ def test_value_loss_and_entropy_by_hand():
                                                rel=1e-5)
 
 
-def test_minibatches_are_a_function_of_the_episode():
+def test_minibatches_are_even_seeded_parts_of_the_planned_episodes():
+    keys = [(f"t{k // 2}", f"e{k}") for k in range(7)]
+    a = minibatch_groups(keys, 1, 2, 0, 3)
+    assert set(a) == set(keys) and sorted(np.bincount(list(a.values())).tolist()) == [2, 2, 3]
+    assert a == minibatch_groups(keys, 1, 2, 0, 3)  # a function of (seed, update, epoch) and the plan
+    assert a != minibatch_groups(keys, 1, 2, 1, 3)  # reshuffled every pass
+    assert set(minibatch_groups(keys, 1, 2, 0, 1).values()) == {0}
+    assert sorted(minibatch_groups(keys[:2], 1, 2, 0, 3).values()) == [0, 1]  # more minibatches than episodes: one stays empty
     policy = small_policy()
-    eps = synthetic_episodes(policy, n=6)
-    a = [minibatch_of(1, 2, 0, e, 3) for e in eps]
-    assert a == [minibatch_of(1, 2, 0, e, 3) for e in reversed(eps)][::-1]
-    assert set(a) <= {0, 1, 2} and len(set(a)) > 1
-    assert [minibatch_of(1, 2, 0, e, 1) for e in eps] == [0] * 6
+    eps = synthetic_episodes(policy, n=2)
+    with pytest.raises(ValueError, match="not among the rollout's planned episodes"):
+        run_update(policy, ValueHead(), torch.optim.Adam(policy.parameters()), list(policy.parameters()), eps, UpdateSettings(), 0, 0,
+                   keys=[("t0", "e0")])
 
 
 SETTINGS = {a: UpdateSettings(algorithm=a, ppo_epochs=2, minibatches=2, gamma=0.9, gae_lambda=0.95) for a in ("a2c", "ppo")}
@@ -131,7 +137,8 @@ def _ddp_worker(rank, world, port, path):
             mine = eps if world == 1 else [e for i, e in enumerate(eps) if i % world == rank]  # rank 1 gets 2 of 5
             params = [p for p in policy.parameters() if p.requires_grad] + list(value.parameters())
             opt = torch.optim.Adam(params, lr=1e-3)
-            steps = run_update(policy, value, opt, params, mine, settings, 5, 0)
+            keys = [(e.tour_id, e.episode_id) for e in eps]
+            steps = run_update(policy, value, opt, params, mine, settings, 5, 0, keys=keys)
             out[algorithm] = {"policy": policy.state_dict(), "value": value.state_dict(), "steps": steps}
         if rank == 0:
             torch.save(out, path)
