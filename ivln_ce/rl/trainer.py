@@ -48,8 +48,8 @@ from ivln_ce.rl.rollout import EpisodeRollout, RLDriver
 from ivln_ce.rl.update import ValueHead, UpdateSettings, run_update
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.collect import plan_round
-from ivln_ce.training.trainer import (RESUME_FILE, RunState, TrainingData, _claim_folder, _pipeline, check_train_config,
-                                      clean_run_temporaries, load_resume, load_training_data, save_resume,
+from ivln_ce.training.trainer import (RESUME_FILE, TOUR_MEMORY_POLICIES, RunState, TrainingData, _claim_folder, _pipeline,
+                                      check_train_config, clean_run_temporaries, load_resume, load_training_data, save_resume,
                                       training_fingerprint, warm_start_file)
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,9 @@ def check_rl_config(cfg: DictConfig) -> None:
         raise ConfigError("train.trainer=rl fine-tunes a trained policy (seed 000: behavioural cloning first): set "
                           "policy.checkpoint to a checkpoint of `ivln-ce train` (or an official one), or "
                           "train.rl.allow_random_init=true to start from random weights")
+    if cfg.policy.name in TOUR_MEMORY_POLICIES and not cfg.train.use_tours:
+        raise ConfigError(f"policy.name={cfg.policy.name.value} keeps a tour memory, which episodic rollouts reset at every "
+                          f"episode; fine-tune it over tours: train.use_tours=true")
     if cfg.train.bn_train_mode:
         raise ConfigError("train.bn_train_mode=true (T3) is a DAgger collection defect; train.trainer=rl keeps BatchNorm "
                           "statistics frozen so the updated log-probabilities are the rollout's: set train.bn_train_mode=false")

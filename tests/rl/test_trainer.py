@@ -45,6 +45,8 @@ def test_refusals(tmp_path):
         train_rl(load_config(None, base), show_progress=False)
     with pytest.raises(ConfigError, match="bn_train_mode"):
         train_rl(load_config(None, [*base, "train.rl.allow_random_init=true", "train.bn_train_mode=true"]), show_progress=False)
+    with pytest.raises(ConfigError, match="policy.name=pool_cma keeps a tour memory.*train.use_tours=true"):
+        train_rl(load_config(None, [*base, "train.rl.allow_random_init=true", "policy.name=pool_cma"]), show_progress=False)
     with pytest.raises(ConfigError, match="train.trainer=rl is reinforcement fine-tuning"):
         train(load_config(None, [*base, "train.rl.allow_random_init=true"]), show_progress=False)
     with pytest.raises(ConfigError, match="train.trainer=rl"):
@@ -156,7 +158,7 @@ def corridor_task(src, dst, copies=4, steps=8):
             best = (gain, ep.episode_id)
     sim.close()
     raw = json.loads(gzip.open(src / rel).read())
-    episode = next(e for e in raw["episodes"] if e["episode_id"] == best[1])
+    episode = next(e for e in raw["episodes"] if str(e["episode_id"]) == str(best[1]))
     raw["episodes"] = [dict(episode, episode_id=9001 + k, trajectory_id=9001 + k) for k in range(copies)]
     (dst / rel).parent.mkdir(parents=True)
     with gzip.open(dst / rel, "wt") as f:
@@ -167,18 +169,19 @@ def corridor_task(src, dst, copies=4, steps=8):
 
 @pytest.mark.slow
 def test_the_expected_return_rises_on_a_corridor(tiny_benchmark, tmp_path):
-    """From random weights, A2C with the goal reward on a corridor (four copies of one episode
-    per update, 8 actions at most): walking ahead gains over a metre, a uniform policy stops
-    early and wanders; within 16 updates the mean return of the last four updates exceeds
-    that of the first four by a clear margin."""
+    """From random weights, PPO with the goal reward on a corridor (four copies of one episode
+    per update, 8 actions at most): walking ahead gains over a metre, the uniform start policy
+    stops early and wanders; within 12 updates the mean return of the last three exceeds that
+    of the first three by a clear margin (a few minutes on a quiet 2-core machine)."""
     data = tmp_path / "corridor"
     gain = corridor_task(tiny_benchmark, data)
     assert gain > 1.0
     out = tmp_path / "run"
-    cfg = load_config(None, rl_args(data, out, "train.iterations=16", "train.update_size=0", "train.lr=3e-3", "train.rl.entropy_coef=0",
-                                    "train.rl.reward=goal", "train.rl.checkpoint_every=100", "train.num_envs=2"))
+    cfg = load_config(None, rl_args(data, out, "train.iterations=12", "train.update_size=0", "train.lr=5e-3", "train.rl.entropy_coef=0",
+                                    "train.rl.algorithm=ppo", "train.rl.ppo_epochs=4", "train.rl.reward=goal",
+                                    "train.rl.checkpoint_every=100"))
     train_rl(cfg, show_progress=False)
     returns = np.array([v for _, v in scalars(out, "rl/return")])
-    assert len(returns) == 16
-    first, last = returns[:4].mean(), returns[-4:].mean()
+    assert len(returns) == 12
+    first, last = returns[:3].mean(), returns[-3:].mean()
     assert last > first + 0.3 * gain, returns.round(2).tolist()
