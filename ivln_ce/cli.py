@@ -98,11 +98,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     train, rl_errors = train_il, ()
     if cfg.train.trainer.value == "rl":  # reinforcement fine-tuning (seed 000) lives in rl/, above training/
-        from ivln_ce.rl.rewards import RewardError
-        from ivln_ce.rl.rollout import RolloutError
+        from ivln_ce.rl.rewards import RewardError  # an episode the rewards are undefined for (a goal off the navmesh)
         from ivln_ce.rl.trainer import train_rl
 
-        train, rl_errors = train_rl, (RewardError, RolloutError)
+        train, rl_errors = train_rl, (RewardError,)
     try:
         summary = train(cfg)
     except rl_errors as exc:

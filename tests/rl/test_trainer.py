@@ -20,6 +20,7 @@ from ivln_ce.config import ConfigError, load_config  # noqa: E402
 from ivln_ce.models.official_weights import read_checkpoint  # noqa: E402
 from ivln_ce.rl.trainer import train_rl  # noqa: E402
 
+DEFAULT = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
 SMALL = ["policy.depth_backbone=small", "policy.rgb_depth=18", "simulator.renderer=auto", "simulator.sensors=[rgb,depth]",
          *[f"simulator.{s}.{d}=32" for s in ("rgb", "depth", "semantic") for d in ("width", "height")]]
 
@@ -37,7 +38,8 @@ def scalars(folder, tag):
     return [(e.step, e.value) for e in tb.Scalars(tag)]
 
 
-def test_refusals(tmp_path):
+def test_refusals(tmp_path, capsys):
+    from ivln_ce.cli import main
     from ivln_ce.training.trainer import train
 
     base = [f"train.out_dir={tmp_path / 'x'}", "policy.name=cma", "train.trainer=rl", "simulator.sensors=[rgb,depth]"]
@@ -51,6 +53,9 @@ def test_refusals(tmp_path):
         train(load_config(None, [*base, "train.rl.allow_random_init=true"]), show_progress=False)
     with pytest.raises(ConfigError, match="train.trainer=rl"):
         train_rl(load_config(None, [*base[:-2], "train.trainer=dagger"]), show_progress=False)
+    assert main(["train", "--config", str(DEFAULT), *base]) == 2  # the command line: one message, no traceback
+    err = capsys.readouterr().err
+    assert "train.rl.allow_random_init=true" in err and "Traceback" not in err
     assert not (tmp_path / "x").exists()  # refused before anything was written
 
 
@@ -87,7 +92,6 @@ def test_a_run_writes_checkpoints_the_evaluator_loads_and_its_scalars(tiny_bench
     assert json.loads((out / "train_summary.json").read_text())["trainer"] == "rl"
 
 
-DEFAULT = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
 TRAIN_SCRIPT = textwrap.dedent(f"""
     import sys
     from ivln_ce.cli import main
