@@ -23,10 +23,15 @@ def rl_config(data, out, *extra):
                               "train.rl.allow_random_init=true", "env.max_agent_steps=12", *extra])
 
 
-def run_rollout(cfg, plan, num_envs=2, update=0):
+def run_rollout(cfg, plan, num_envs=2, update=0, episodes_per_tour=None):
+    from ivln_ce.data.tours import Tour
+    from ivln_ce.env.tour_env import TourItem
     from ivln_ce.models.factory import build_policy
 
     data = load_training_data(cfg)
+    if episodes_per_tour:  # the first episodes of each tour: shorter tours, fewer oracle walks
+        data.items = [TourItem(Tour(it.tour.tour_id, it.tour.scan, it.tour.episode_ids[:episodes_per_tour]), it.episodes[:episodes_per_tour])
+                      for it in data.items]
     policy, _ = build_policy(cfg.policy, data.vocab_size, cfg.train, "cpu", seed=int(cfg.seed))
     value = build_value_head(int(cfg.seed), "cpu")
     episodes = {str(e.episode_id): e for it in data.items for e in it.episodes}
@@ -102,9 +107,9 @@ def test_episodic_rollout_replays_to_the_sampled_log_probs_and_rewards(tiny_benc
         assert e.outcome.success == info["metrics"]["success"]
 
 
-def _tour_memory_replay(tiny_benchmark, tmp_path, *extra):
+def _tour_memory_replay(tiny_benchmark, tmp_path, *extra, episodes_per_tour=None):
     cfg = rl_config(tiny_benchmark, tmp_path / "x", "policy.name=tour_cma", "train.use_tours=true", "env.max_agent_steps=6", *extra)
-    policy, value, data, episodes, _ = run_rollout(cfg, [0])
+    policy, value, data, episodes, _ = run_rollout(cfg, [0], episodes_per_tour=episodes_per_tour)
     assert len(episodes) == len(data.items[0].episodes) >= 2
     assert [e.order for e in episodes] == [(0, i) for i in range(len(episodes))]
     assert episodes[0].steps["tour_masks"][0] == 0.0 and all(e.steps["tour_masks"][0] == 1.0 for e in episodes[1:])
@@ -125,8 +130,10 @@ def test_tour_memory_is_replayed_from_each_episode_start(tiny_benchmark, tmp_pat
 
 @pytest.mark.slow
 def test_tour_memory_is_replayed_after_oracle_walks(tiny_benchmark, tmp_path):
-    """As above with the evaluation's oracle walks, which the tour memory integrates (~90 s)."""
-    _tour_memory_replay(tiny_benchmark, tmp_path, *[f"simulator.{s}.{d}=32" for s in ("rgb", "depth", "semantic") for d in ("width", "height")])
+    """As above with the evaluation's oracle walks, which the tour memory integrates (the first
+    two episodes of a tour: one oracle walk between them)."""
+    _tour_memory_replay(tiny_benchmark, tmp_path, *[f"simulator.{s}.{d}=32" for s in ("rgb", "depth", "semantic") for d in ("width", "height")],
+                        episodes_per_tour=2)
 
 
 @pytest.mark.slow

@@ -136,7 +136,7 @@ def _ddp_worker(rank, world, port, path):
             eps = synthetic_episodes(policy, n=5)
             mine = eps if world == 1 else [e for i, e in enumerate(eps) if i % world == rank]  # rank 1 gets 2 of 5
             params = [p for p in policy.parameters() if p.requires_grad] + list(value.parameters())
-            opt = torch.optim.Adam(params, lr=1e-3)
+            opt = torch.optim.SGD(params, lr=0.05)  # Adam's first steps turn round-off in near-zero gradients into +-lr
             keys = [(e.tour_id, e.episode_id) for e in eps]
             steps = run_update(policy, value, opt, params, mine, settings, 5, 0, keys=keys)
             out[algorithm] = {"policy": policy.state_dict(), "value": value.state_dict(), "steps": steps}
@@ -155,7 +155,7 @@ def _free_port():
 @pytest.mark.slow
 def test_one_rank_and_two_gloo_ranks_take_the_same_steps(tmp_path):
     """The same five episodes, all on one rank or split 3 + 2 over two gloo ranks: the same
-    A2C and PPO steps (two minibatches, PPO two passes: Adam amplifies round-off to ~1e-6)."""
+    A2C and PPO steps (two minibatches, PPO two passes), up to float round-off."""
     results = []
     for world in (1, 2):
         path = tmp_path / f"w{world}.pt"
@@ -169,8 +169,8 @@ def test_one_rank_and_two_gloo_ranks_take_the_same_steps(tmp_path):
             assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
         moved = 0
         for k, v in one["policy"].items():
-            assert torch.allclose(v, two["policy"][k], atol=1e-5), (algorithm, k, float((v - two["policy"][k]).abs().max()))
+            assert torch.allclose(v, two["policy"][k], atol=1e-6), (algorithm, k, float((v - two["policy"][k]).abs().max()))
             moved += int(not torch.equal(v, initial[k]))
         assert moved > 5
         for k, v in one["value"].items():
-            assert torch.allclose(v, two["value"][k], atol=1e-5), (algorithm, k)
+            assert torch.allclose(v, two["value"][k], atol=1e-6), (algorithm, k)
