@@ -189,3 +189,44 @@ def test_the_expected_return_rises_on_a_corridor(tiny_benchmark, tmp_path):
     assert len(returns) == 12
     first, last = returns[:3].mean(), returns[-3:].mean()
     assert last > first + 0.3 * gain, returns.round(2).tolist()
+
+
+def _rank(rank, world, args, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), IVLN_DIST_BACKEND="gloo")
+    torch.set_num_threads(1)
+    train_rl(load_config(None, args), show_progress=False)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_fine_tune_like_one_process(tiny_benchmark, tmp_path):
+    """End to end under torchrun's layout: 2 ranks roll out their shares of every update (one
+    environment each) and sum gradients; the rollouts are the single process's (sampling is
+    seeded per tour), so the logged returns agree and the weights match 1 process up to Adam's
+    amplification of float noise (an element whose gradient is ~0 may step +lr or -lr)."""
+    mp = pytest.importorskip("torch.multiprocessing")
+    base = rl_args(tiny_benchmark, "unused", "train.iterations=2", "train.update_size=3", "train.num_envs=1", "train.rl.algorithm=ppo",
+                   "train.rl.ppo_epochs=2", "train.rl.minibatches=2", "train.rl.checkpoint_every=1")
+    torch.set_num_threads(1)
+    train_rl(load_config(None, base + [f"train.out_dir={tmp_path / 'one'}"]), show_progress=False)
+    mp.spawn(_rank, args=(2, base + [f"train.out_dir={tmp_path / 'two'}"], _free_port()), nprocs=2, join=True)
+    one, two = (json.loads((tmp_path / d / "train_summary.json").read_text()) for d in ("one", "two"))
+    assert one["world_size"] == 1 and two["world_size"] == 2
+    for key in ("optimizer_steps", "episodes_collected", "steps_collected", "checkpoints"):
+        assert one[key] == two[key], key
+    for tag in ("rl/return", "rl/success", "rl/cls", "rl/episode_length", "rl/episodes"):
+        assert [(s, round(v, 5)) for s, v in scalars(tmp_path / "one", tag)] == [(s, round(v, 5)) for s, v in scalars(tmp_path / "two", tag)]
+    a, _ = _weights(tmp_path / "one")
+    b, _ = _weights(tmp_path / "two")
+    diffs = torch.cat([(a[k].float() - b[k].float()).abs().flatten() for k in a if a[k].is_floating_point()])
+    lr = float(load_config(None, base).train.lr)
+    assert float(diffs.max()) <= 2 * lr * one["optimizer_steps"] + 1e-6
+    assert float(diffs.mean()) < 1e-5
