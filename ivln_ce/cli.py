@@ -93,11 +93,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from ivln_ce.rollout.worker import WorkerCrashed
     from ivln_ce.training.store import StoreError
-    from ivln_ce.training.trainer import TrainError, train
+    from ivln_ce.training.trainer import TrainError, train as train_il
 
     cfg = load_config(args.config, args.overrides)
+    train, rl_errors = train_il, ()
+    if cfg.train.trainer.value == "rl":  # reinforcement fine-tuning (seed 000) lives in rl/, above training/
+        from ivln_ce.rl.rewards import RewardError  # an episode the rewards are undefined for (a goal off the navmesh)
+        from ivln_ce.rl.trainer import train_rl
+
+        train, rl_errors = train_rl, (RewardError,)
     try:
         summary = train(cfg)
+    except rl_errors as exc:
+        raise UsageError(str(exc)) from exc
     except WorkerCrashed as exc:
         print(f"ivln-ce train: {exc}\nRun the same command again to resume from the last checkpointed phase.", file=sys.stderr)
         return 1
@@ -608,7 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.agent=random eval.num_envs=2")
     ev.set_defaults(func=cmd_eval)
 
-    trn = sub.add_parser("train", help="teacher forcing / DAgger / tour-sequential training of a policy (resumable)")
+    trn = sub.add_parser("train", help="teacher forcing / DAgger / tour-sequential training, or reinforcement fine-tuning "
+                                         "(train.trainer=rl), of a policy (resumable)")
     trn.add_argument("--config", required=True, action="append",
                      help="YAML recipe, e.g. configs/embedded/map_cma_iterative_gt.yaml; repeat to layer files")
     trn.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.epochs=2 train.out_dir=results/x")

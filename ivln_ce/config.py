@@ -233,6 +233,50 @@ class PolicyConfig:
 class TrainerKind(str, enum.Enum):
     dagger = "dagger"  # collection rounds + episodic batches (teacher forcing when p = 1), SPEC §9.2-9.5
     tour_sequential = "tour_sequential"  # lanes of tours, state carried across batches, SPEC §9.6
+    rl = "rl"  # reinforcement fine-tuning (A2C / PPO) on the rollout engine, seed 000 (``train.rl``)
+
+
+class RLAlgorithm(str, enum.Enum):
+    a2c = "a2c"  # one pass over each rollout (advantage actor-critic)
+    ppo = "ppo"  # the clipped surrogate objective, ``ppo_epochs`` passes over each rollout
+
+
+@dataclass
+class RLConfig:
+    """Reinforcement fine-tuning (``train.trainer=rl``, seed 000 §4): on-policy rollouts of
+    ``train.update_size`` episodes (0 = every episode or tour of the split) with
+    ``train.num_envs`` environments, then an A2C or PPO update; ``train.iterations`` updates,
+    ``train.lr``, ``train.max_steps`` as for the other trainers."""
+
+    algorithm: RLAlgorithm = RLAlgorithm.a2c
+    #: goal (Eq. 11), fidelity (Eq. 12: success + CLS), ndtw (success + nDTW), or a weighted
+    #: sum such as goal:0.5,fidelity:1
+    reward: str = "goal"
+    #: the success term at an episode's end: this when it succeeded (STOP within
+    #: metrics.success_distance), else failure_reward (the seed: 1 and 0)
+    success_reward: float = 1.0
+    failure_reward: float = 0.0
+    #: weight of the per-step change of CLS added to every reward (§4.3; 0 = off, as the seed)
+    cls_shaping: float = 0.0
+    gamma: float = 0.99
+    #: GAE lambda; 1 = the seed's advantage R_t - V(s_t)
+    gae_lambda: float = 1.0
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    #: advantages normalised to zero mean, unit deviation over each rollout
+    normalize_advantages: bool = True
+    #: PPO: passes over each rollout and the ratio clip
+    ppo_epochs: int = 4
+    ppo_clip: float = 0.2
+    #: optimizer steps per pass: the rollout's episodes split into this many minibatches
+    minibatches: int = 1
+    #: gradient norm clip (0 = none)
+    max_grad_norm: float = 0.5
+    #: write ckpt.{u}.pth after every this many updates (and after the last)
+    checkpoint_every: int = 10
+    #: the seed warm-starts from behavioural cloning: policy.checkpoint is required unless this
+    #: is true (random initialisation: tests and ablations)
+    allow_random_init: bool = False
 
 
 class StoreCodec(str, enum.Enum):
@@ -326,6 +370,8 @@ class TrainConfig:
     eval_tours: list[str] = field(default_factory=list)
     #: arithmetic of the training forward pass (docs/results/precision.md measures bf16 on CPU)
     precision: Precision = Precision.fp32
+    #: reinforcement fine-tuning (train.trainer=rl)
+    rl: RLConfig = field(default_factory=RLConfig)
 
 
 @dataclass
@@ -647,6 +693,16 @@ def _one_of(*allowed):
     return lambda v: v in allowed
 
 
+_REWARD_ITEM = r"\s*(goal|fidelity|ndtw)\s*(:\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*)?"
+
+
+def _reward_ok(v) -> bool:
+    """``train.rl.reward``'s grammar (``rl.rewards.parse_reward`` reads it; names once each)."""
+    items = str(v).split(",")
+    names = [i.split(":")[0].strip() for i in items]
+    return all(re.fullmatch(_REWARD_ITEM, i) for i in items) and len(set(names)) == len(names)
+
+
 #: the values of ``eval.instruction`` (``data/language_ablation.py``)
 INSTRUCTION_ABLATION_PATTERN = r"full|none|other|last:[1-9][0-9]{0,5}"
 
@@ -701,6 +757,19 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "train.loader_workers": (_between(0, 64), "an integer in [0, 64]"),
     "train.resume_every": (lambda v: v >= 0, "an integer >= 0"),
+    "train.rl.gamma": (_between(0.0, 1.0), "a discount in [0, 1]"),
+    "train.rl.gae_lambda": (_between(0.0, 1.0), "a lambda in [0, 1]"),
+    "train.rl.value_coef": (_between(0.0, 1000.0), "a coefficient in [0, 1000]"),
+    "train.rl.entropy_coef": (_between(0.0, 1000.0), "a coefficient in [0, 1000]"),
+    "train.rl.ppo_epochs": (_between(1, 1000), "an integer in [1, 1000]"),
+    "train.rl.ppo_clip": (_between(0.0, 10.0, lo_open=True), "a clip in (0, 10]"),
+    "train.rl.minibatches": (_between(1, 100_000), "an integer >= 1"),
+    "train.rl.max_grad_norm": (lambda v: v >= 0, "a norm >= 0 (0 = no clipping)"),
+    "train.rl.checkpoint_every": (_between(1, 1_000_000), "an integer >= 1"),
+    "train.rl.cls_shaping": (_between(-1000.0, 1000.0), "a weight in [-1000, 1000]"),
+    "train.rl.success_reward": (_between(-1e6, 1e6), "a finite reward"),
+    "train.rl.failure_reward": (_between(-1e6, 1e6), "a finite reward"),
+    "train.rl.reward": (lambda v: _reward_ok(v), "a reward name (goal, fidelity, ndtw) or a weighted sum NAME:WEIGHT,..."),
     "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "eval.poll_timeout": (_between(0.0, 365 * 86400.0, lo_open=True), "a duration in (0, 31536000] seconds"),
     "eval.policy_process": (_one_of("auto", "main", "workers"), "one of auto, main, workers"),

@@ -114,6 +114,9 @@ class EpisodeRecord:
     reference: str = "gt"
     #: distance-to-goal cache of the M12 query pattern: (position it was measured at, value)
     goal_query: tuple[np.ndarray, float] | None = None
+    #: geodesic distance to the goal at every point of ``path`` (reported at agent done as
+    #: ``goal_distances``: what the reinforcement rewards of ``ivln_ce.rl`` need)
+    goal_distances: list[float] = field(default_factory=list)
 
 
 class TourEnv(gym.Env):
@@ -268,6 +271,7 @@ class TourEnv(gym.Env):
         ref = self.references.get(ep.episode_id)
         self.rec = EpisodeRecord(ep, path=[start.copy()], reference="gt" if ref is not None else "reference_path")
         self.rec.d0 = self.sim.geodesic_distance(start, ep.goal_position)
+        self.rec.goal_distances.append(float(self.rec.d0))
         self._log = []
         if first_of_tour or not self.cfg.oracle_phases:
             self.sim.set_agent_state(start, ep.start_heading)
@@ -365,6 +369,7 @@ class TourEnv(gym.Env):
         rec.actions.append(action)
         pos, _ = self._pose()
         rec.path.append(pos.copy())
+        rec.goal_distances.append(float(self._goal_distance(pos)))
         stopped = action == STOP
         timed_out = rec.steps >= self.cfg.max_agent_steps
         if not (stopped or timed_out):
@@ -378,6 +383,7 @@ class TourEnv(gym.Env):
             "metrics_episode_id": self.episode.episode_id,
             "reference": rec.reference,
             "agent_path": [[float(v) for v in p] for p in rec.path],
+            "goal_distances": list(rec.goal_distances),
             "collided": result.collided,
         }
         if not self.cfg.oracle_phases:

@@ -282,6 +282,7 @@ class CMAPolicy(nn.Module):
         out, progress, new_h = self.net.step(x, h)
         logits = self.action_distribution(out)
         self.last_logits = logits.detach()  # for callers that sample per stream with their own generators
+        self.last_features = out.detach()  # the action head's input (a critic's input: ``ivln_ce.rl``)
         if deterministic:
             actions = logits.argmax(dim=1)
         else:
@@ -306,22 +307,37 @@ class CMAPolicy(nn.Module):
         last step, or with ``lengths`` (N,) the state after each column's step ``lengths - 1``
         (its true last step; tour-sequential training carries that one unless T2 is reproduced).
         """
+        logits, progress, h, _ = self.forward_sequence_features(observations, prev_actions, agent_masks, tour_masks, h0, lengths)
+        return logits, progress, h
+
+    def forward_sequence_features(
+        self,
+        observations: dict[str, torch.Tensor],
+        prev_actions: torch.Tensor,
+        agent_masks: torch.Tensor,
+        tour_masks: torch.Tensor,
+        h0: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``forward_sequence`` plus the action head's input features (T, N, 512): what a
+        value head reads (``ivln_ce.rl``); the logits are computed step by step as before."""
         T, N = prev_actions.shape
         instr, instr_mask = self.net.instruction_encoder(observations["instruction"][0])
         visual = self.net.encode_visual({k: v.flatten(0, 1) for k, v in observations.items() if k != "instruction"})
         visual = {k: v.view(T, N, *v.shape[1:]) for k, v in visual.items()}
         h = h0 if h0 is not None else torch.zeros(N, self.num_recurrent_layers, HIDDEN, device=prev_actions.device)
-        logits, progress = [], []
+        logits, progress, features = [], [], []
         last = h
         for t in range(T):
             x = StepInputs(instr, instr_mask, prev_actions[t], agent_masks[t].float(), tour_masks[t].float(), {k: v[t] for k, v in visual.items()})
             out, p, h = self.net.step(x, h)
             logits.append(self.action_distribution(out))
             progress.append(p)
+            features.append(out)
             if lengths is not None:
                 ends = (lengths.to(h.device) - 1 == t)[:, None, None]
                 last = torch.where(ends, h, last)
-        return torch.stack(logits), torch.stack(progress), (last if lengths is not None else h)
+        return torch.stack(logits), torch.stack(progress), (last if lengths is not None else h), torch.stack(features)
 
 
 def make_latent_policy(variant: str = "cma", **kwargs) -> CMAPolicy:

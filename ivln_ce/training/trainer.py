@@ -334,6 +334,8 @@ def train(cfg: DictConfig, show_progress: bool = True) -> dict[str, Any]:
 
     Rank 0 holds ``train.out_dir`` for the whole run (``run_folder.hold``): a second run on
     the same folder is refused with the holder named."""
+    if cfg.train.trainer == TrainerKind.rl:  # rl/ sits above this package: it cannot be called from here
+        raise ConfigError("train.trainer=rl is reinforcement fine-tuning: run it with `ivln-ce train` or ivln_ce.rl.trainer.train_rl")
     check_train_config(cfg)
     cfg = warm_start_file(cfg)
     held = run_folder.hold(Path(cfg.train.out_dir), "training run") if ddp.world()[0] == 0 else contextlib.nullcontext()

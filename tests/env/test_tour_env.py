@@ -231,3 +231,18 @@ def test_heading_alignment_terminates_at_the_half_step_boundary():
                 break
             heading += turn if a == 2 else -turn
         assert a == STOP and n <= 1, (err, n)
+
+
+def test_goal_distances_are_the_geodesics_of_the_agent_path(tiny_benchmark):
+    """The agent-done info carries d(p_t, goal) for every point of the agent path (the
+    rewards of ``ivln_ce.rl`` are computed from them)."""
+    env = make_env(tiny_benchmark, ["env.max_agent_steps=6"])
+    obs, info = env.reset(options={"tour": 0})
+    goal = np.asarray(env.episode.goal_position)
+    for a in (MOVE_FORWARD, 2, MOVE_FORWARD, MOVE_FORWARD, 3, MOVE_FORWARD):
+        obs, _, _, _, info = env.step(a)
+    assert info["agent_done"]
+    path, dists = np.asarray(info["agent_path"]), info["goal_distances"]
+    assert len(dists) == len(path) == 7
+    assert dists == [env.sim.geodesic_distance(p, goal) for p in path]
+    assert dists[-1] == pytest.approx(info["metrics"]["distance_to_goal"])
