@@ -45,12 +45,12 @@ from ivln_ce import run_folder
 from ivln_ce.config import ConfigError, TrainerKind, resolved
 from ivln_ce.rl.rewards import RewardSpec, parse_reward
 from ivln_ce.rl.rollout import EpisodeRollout, RLDriver
-from ivln_ce.rl.update import ValueHead, UpdateSettings, run_update
+from ivln_ce.rl.update import ValueHead, run_update, settings_from_config
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.collect import plan_round
 from ivln_ce.training.trainer import (RESUME_FILE, TOUR_MEMORY_POLICIES, RunState, TrainingData, _claim_folder, _pipeline,
-                                      check_train_config, clean_run_temporaries, load_resume, load_training_data, save_resume,
-                                      training_fingerprint, warm_start_file)
+                                      check_train_config, clean_run_temporaries, load_resume, save_resume, start_run,
+                                      warm_start_file)
 
 log = logging.getLogger(__name__)
 
@@ -140,20 +140,12 @@ def rollout_scalars(episodes: list[EpisodeRollout], world: int) -> dict[str, flo
 
 
 def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
-    tc = cfg.train
-    out = Path(tc.out_dir)
-    device = tc.device
-    rank, world = ddp.init_from_env(device)
-    if device == "cuda" and world > 1:
-        device = f"cuda:{ddp.world()[2]}"
-    torch.manual_seed(int(cfg.seed))
-    data = load_training_data(cfg)
-    fingerprint = training_fingerprint(cfg, data)
-    from ivln_ce.models.factory import build_policy, save_checkpoint
+    from ivln_ce.models.factory import save_checkpoint
 
-    policy, reports = build_policy(cfg.policy, data.vocab_size, cfg.train, device, seed=int(cfg.seed))
-    for r in reports:
-        log.info("%s", r)
+    tc = cfg.train
+    run = start_run(cfg)
+    out, device, rank, world, data, fingerprint, policy = (run.out, run.device, run.rank, run.world, run.data,
+                                                           run.fingerprint, run.policy)
     value_head = build_value_head(int(cfg.seed), device)
     model = torch.nn.ModuleDict({"policy": policy, "value": value_head})  # what resume.pt holds
     params = [p for p in policy.parameters() if p.requires_grad] + list(value_head.parameters())
@@ -172,7 +164,7 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
 
         writer = SummaryWriter(str(out / "tb"), purge_step=state.step + 1 if resumed else None)
         (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
-    settings = UpdateSettings.from_config(tc.rl)
+    settings = settings_from_config(tc.rl)
     spec = reward_spec(cfg)
     episodes_by_id = {str(e.episode_id): e for it in data.items for e in it.episodes}
     pipeline = _pipeline(cfg, policy, device)
@@ -232,7 +224,7 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     summary = {
         "policy": cfg.policy.name.value,
         "trainer": "rl",
-        "algorithm": settings.algorithm,
+        "algorithm": str(getattr(settings.algorithm, "value", settings.algorithm)),
         "reward": str(tc.rl.reward),
         "rounds": state.round,
         "optimizer_steps": state.step,
@@ -244,7 +236,7 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         "seconds_this_run": round(time.perf_counter() - t_start, 1),
         "fingerprint": fingerprint,
         "world_size": world,
-        "load_reports": [str(r) for r in reports],
+        "load_reports": [str(r) for r in run.reports],
     }
     if rank == 0:
         save_resume(out, fingerprint, state, model, opt, writer)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ivln_ce.config import RLConfig, as_dataclass
 from ivln_ce.rl.advantages import gae, normalize
 from ivln_ce.rl.rollout import EpisodeRollout
 
@@ -171,27 +172,13 @@ def minibatch_groups(keys: list[tuple[str, str]], seed: int, update: int, epoch:
     return out
 
 
-@dataclass
-class UpdateSettings:
-    """The ``train.rl`` values the update reads (plain values: testable without a config)."""
+#: the ``train.rl`` values the update reads: the config's own dataclass (one set of defaults)
+UpdateSettings = RLConfig
 
-    algorithm: str = "a2c"
-    gamma: float = 0.99
-    gae_lambda: float = 1.0
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    normalize_advantages: bool = True
-    ppo_epochs: int = 4
-    ppo_clip: float = 0.2
-    minibatches: int = 1
-    max_grad_norm: float = 0.5
 
-    @classmethod
-    def from_config(cls, rl) -> "UpdateSettings":
-        return cls(algorithm=str(getattr(rl.algorithm, "value", rl.algorithm)), gamma=float(rl.gamma), gae_lambda=float(rl.gae_lambda),
-                   value_coef=float(rl.value_coef), entropy_coef=float(rl.entropy_coef),
-                   normalize_advantages=bool(rl.normalize_advantages), ppo_epochs=int(rl.ppo_epochs), ppo_clip=float(rl.ppo_clip),
-                   minibatches=int(rl.minibatches), max_grad_norm=float(rl.max_grad_norm))
+def settings_from_config(rl) -> RLConfig:
+    """``train.rl`` of a loaded config as the plain dataclass ``run_update`` takes."""
+    return as_dataclass(rl)
 
 
 SCALARS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")

@@ -382,9 +382,26 @@ def _claim_folder(out: Path, fingerprint: str) -> bool:
     return False
 
 
-def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
+@dataclass
+class RunStart:
+    """What a trainer has after its common first steps (``start_run``)."""
+
+    out: Path
+    device: str
+    rank: int
+    world: int
+    data: TrainingData
+    fingerprint: str
+    policy: Any
+    reports: list  # what loading a warm start said
+
+
+def start_run(cfg: DictConfig) -> RunStart:
+    """The first steps every trainer (DAgger, tour-sequential, RL) takes: join the ranks, seed,
+    load the data, fingerprint the run, build the policy (a warm start is reported)."""
+    from ivln_ce.models.factory import build_policy
+
     tc = cfg.train
-    out = Path(tc.out_dir)
     device = tc.device
     rank, world = ddp.init_from_env(device)
     if device == "cuda" and world > 1:
@@ -392,11 +409,19 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     torch.manual_seed(int(cfg.seed))
     data = load_training_data(cfg)
     fingerprint = training_fingerprint(cfg, data)
-    from ivln_ce.models.factory import build_policy, save_checkpoint
-
     policy, reports = build_policy(cfg.policy, data.vocab_size, cfg.train, device, seed=int(cfg.seed))
     for r in reports:
         log.info("%s", r)
+    return RunStart(Path(tc.out_dir), device, rank, world, data, fingerprint, policy, list(reports))
+
+
+def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
+    from ivln_ce.models.factory import save_checkpoint
+
+    tc = cfg.train
+    run = start_run(cfg)
+    out, device, rank, world, data, fingerprint, policy = (run.out, run.device, run.rank, run.world, run.data,
+                                                           run.fingerprint, run.policy)
     if world > 1:
         ddp.sync_batchnorm(policy)
         if tc.batch_size % world:
@@ -516,7 +541,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         "seconds_this_run": round(time.perf_counter() - t_start, 1),
         "fingerprint": fingerprint,
         "world_size": world,
-        "load_reports": [str(r) for r in reports],
+        "load_reports": [str(r) for r in run.reports],
     }
     if rank == 0:
         save_resume(out, fingerprint, state, policy, opt, writer)
