@@ -349,9 +349,9 @@ def draw_room_end(rows: list[dict]):
     for ax, agent in zip(axes[0], agents):
         mine = [r for r in rows if r["agent"] == agent]
         groups = list(dict.fromkeys(r["group"] for r in mine))
-        peak = max((r["density"] for r in mine), default=1.0) or 1.0
         for i, g in enumerate(groups):
             base = float(i)
+            peak = max((r["density"] for r in mine if r["group"] == g), default=1.0) or 1.0  # each row to its own peak
             ax.axhline(base, color="#bbbbbb", lw=0.6)
             for cond in CONDITIONS[ROOM]:
                 rs = [r for r in mine if r["group"] == g and r["condition"] == cond]
@@ -407,8 +407,8 @@ def _rollout_figures(data: list[fd.RunRecords], out: Path, rep: FigureReport, me
                                      rows, f"The seed's ridgeline: per hop count from p_j to the nearest region of the target room "
                                      f"type (the variant, 1_hop or k_hop, without the build folder), the density of the geodesic "
                                      f"distance from where the rollout ended to that room type, d_geo(n_end, n_near), "
-                                     f"{fd.END_BIN_M:g} m bins, per condition; ticks: means. Each row is scaled to the panel's "
-                                     "highest density; the CSV holds the densities."))
+                                     f"{fd.END_BIN_M:g} m bins, per condition; ticks: means. Each row is scaled to its own highest "
+                                     "density (rows with few probes are spiky); the CSV holds the densities and counts."))
         else:
             rep.skipped[ROOM_END_NAME] = "no room rollout ended at a known distance (the room type was unreachable)"
 
