@@ -221,23 +221,8 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         if engine is not None:
             engine.close()
     state.done = True
-    summary = {
-        "policy": cfg.policy.name.value,
-        "trainer": "rl",
-        "algorithm": str(getattr(settings.algorithm, "value", settings.algorithm)),
-        "reward": str(tc.rl.reward),
-        "rounds": state.round,
-        "optimizer_steps": state.step,
-        "episodes_collected": state.episodes_collected,
-        "steps_collected": state.steps_collected,
-        "checkpoints": state.checkpoints,
-        "stopped_by_max_steps": bool(stop),
-        "resumed": resumed,
-        "seconds_this_run": round(time.perf_counter() - t_start, 1),
-        "fingerprint": fingerprint,
-        "world_size": world,
-        "load_reports": [str(r) for r in run.reports],
-    }
+    summary = {**run.summary(cfg, state, stop, resumed, time.perf_counter() - t_start), "trainer": "rl",
+               "algorithm": str(getattr(settings.algorithm, "value", settings.algorithm)), "reward": str(tc.rl.reward)}
     if rank == 0:
         save_resume(out, fingerprint, state, model, opt, writer)
         from ivln_ce.data.jsonio import write_json

@@ -395,6 +395,14 @@ class RunStart:
     policy: Any
     reports: list  # what loading a warm start said
 
+    def summary(self, cfg: DictConfig, state: "RunState", stopped: bool, resumed: bool, seconds: float) -> dict[str, Any]:
+        """The keys every trainer's ``train_summary.json`` shares."""
+        return {"policy": cfg.policy.name.value, "rounds": state.round, "optimizer_steps": state.step,
+                "episodes_collected": state.episodes_collected, "steps_collected": state.steps_collected,
+                "checkpoints": state.checkpoints, "stopped_by_max_steps": bool(stopped), "resumed": resumed,
+                "seconds_this_run": round(seconds, 1), "fingerprint": self.fingerprint, "world_size": self.world,
+                "load_reports": [str(r) for r in self.reports]}
+
 
 def start_run(cfg: DictConfig) -> RunStart:
     """The first steps every trainer (DAgger, tour-sequential, RL) takes: join the ranks, seed,
@@ -529,20 +537,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
     state.done = True
-    summary = {
-        "policy": cfg.policy.name.value,
-        "rounds": state.round,
-        "optimizer_steps": state.step,
-        "episodes_collected": state.episodes_collected,
-        "steps_collected": state.steps_collected,
-        "checkpoints": state.checkpoints,
-        "stopped_by_max_steps": bool(stop),
-        "resumed": resumed,
-        "seconds_this_run": round(time.perf_counter() - t_start, 1),
-        "fingerprint": fingerprint,
-        "world_size": world,
-        "load_reports": [str(r) for r in run.reports],
-    }
+    summary = run.summary(cfg, state, stop, resumed, time.perf_counter() - t_start)
     if rank == 0:
         save_resume(out, fingerprint, state, policy, opt, writer)
         summary["store_bytes"] = sum(p.stat().st_size for p in store_dir.glob("*") if p.is_file())
