@@ -48,8 +48,8 @@ from ivln_ce.rl.rollout import EpisodeRollout, RLDriver
 from ivln_ce.rl.update import ValueHead, run_update, settings_from_config
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.collect import plan_round
-from ivln_ce.training.trainer import (RESUME_FILE, TOUR_MEMORY_POLICIES, RunState, TrainingData, _claim_folder, _pipeline,
-                                      check_train_config, clean_run_temporaries, load_resume, save_resume, start_run,
+from ivln_ce.training.trainer import (RESUME_FILE, TOUR_MEMORY_POLICIES, RunState, TrainingData, _pipeline,
+                                      check_train_config, load_resume, save_resume, start_run,
                                       warm_start_file)
 
 log = logging.getLogger(__name__)
@@ -150,11 +150,7 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     model = torch.nn.ModuleDict({"policy": policy, "value": value_head})  # what resume.pt holds
     params = [p for p in policy.parameters() if p.requires_grad] + list(value_head.parameters())
     opt = torch.optim.Adam(params, lr=float(tc.lr))
-    out.mkdir(parents=True, exist_ok=True)
-    if rank == 0:
-        _claim_folder(out, fingerprint)
-        clean_run_temporaries(out)
-    ddp.barrier()
+    run.claim_folder()
     state = load_resume(out, fingerprint, model, opt) if (out / RESUME_FILE).exists() else None
     resumed = state is not None
     state = state or RunState()

@@ -395,6 +395,15 @@ class RunStart:
     policy: Any
     reports: list  # what loading a warm start said
 
+    def claim_folder(self) -> None:
+        """Make the output folder and claim it for this run (rank 0; temporaries of a killed run
+        removed), then wait for every rank."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.rank == 0:
+            _claim_folder(self.out, self.fingerprint)
+            clean_run_temporaries(self.out)
+        ddp.barrier()
+
     def summary(self, cfg: DictConfig, state: "RunState", stopped: bool, resumed: bool, seconds: float) -> dict[str, Any]:
         """The keys every trainer's ``train_summary.json`` shares."""
         return {"policy": cfg.policy.name.value, "rounds": state.round, "optimizer_steps": state.step,
@@ -436,11 +445,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             raise ConfigError(f"train.batch_size={tc.batch_size} must be a multiple of the {world} ranks (each takes an equal slice)")
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(tc.lr))
-    out.mkdir(parents=True, exist_ok=True)
-    if rank == 0:
-        _claim_folder(out, fingerprint)
-        clean_run_temporaries(out)
-    ddp.barrier()
+    run.claim_folder()
     state = load_resume(out, fingerprint, policy, opt) if (out / RESUME_FILE).exists() else None
     if state is not None and rank == 0 and run_folder.read_marker(out) is None:
         run_folder.write_marker(out, fingerprint)  # a run folder from before the marker, proved by its resume state
