@@ -494,9 +494,13 @@ def cmd_viz_report(args: argparse.Namespace) -> int:
         from ivln_ce.probe.report_part import report_part
 
         build = Path(args.probe_build) if args.probe_build else None
-        probes = lambda folder: report_part(Path(args.probes), folder, build, per_skill=args.probe_examples)  # noqa: E731
-    elif args.probe_build:
-        raise UsageError("--probe-build goes with --probes (the `probe run` folder)")
+        if args.probe_data and build is None:
+            raise UsageError("--probe-data renders the frames of the probes of --probe-build: give the `probe build` folder too")
+        frames = Path(args.probe_data) if args.probe_data else None
+        probes = lambda folder: report_part(Path(args.probes), folder, build, per_skill=args.probe_examples,  # noqa: E731
+                                            frames_data=frames)
+    elif args.probe_build or args.probe_data:
+        raise UsageError("--probe-build and --probe-data go with --probes (the `probe run` folder)")
     if not args.results and not (args.probes and args.out):
         raise UsageError("give --results (an evaluation), or --probes with --out (a probe report alone)")
     if args.compare_label is not None and args.compare is None:
@@ -912,6 +916,9 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--probe-build", default=None, metavar="BUILD_DIR",
                     help="the `probe build` folder of that run: the examples' instructions (I_int marked), the object "
                          "figure and the room figure's hop counts")
+    vr.add_argument("--probe-data", default=None, metavar="DATA_ROOT",
+                    help="a data root holding the probe run's scenes (scene_datasets/): renders each example's frames at "
+                         "p_j (RGB, depth, semantics) with the run's simulator settings; needs --probe-build")
     vr.add_argument("--probe-examples", type=int, default=8, help="example probes per skill on the probe page (default 8)")
     vr.add_argument("--compare", default=None, metavar="OTHER_RESULTS",
                     help="a second results folder: each run's section shows its paired per-tour differences (run - other) "

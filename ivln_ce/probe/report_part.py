@@ -4,9 +4,8 @@
 report plain data (``report_part``): the figures drawn into a folder of the report
 (``figures.py``) and, per skill, a few example probes spread evenly over the sorted probe ids:
 every condition's distribution over the four actions and, when the build folder is given, the
-intervened instruction split into the words before I_int and I_int itself. No frames: the
-frames at p_j would mean loading every example's scene into the simulator and walking tau
-again; the report leaves them out.
+intervened instruction split into the words before I_int and I_int itself; and, when the user
+names a data folder (``--probe-data``), the frames at p_j (``frames.py``).
 """
 
 from __future__ import annotations
@@ -16,20 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.probe.figures import make_figures
-from ivln_ce.probe.probe_set import ProbeSetError, probe_folder, read_build_manifest, read_probe
+from ivln_ce.probe.frames import render_example_frames
+from ivln_ce.probe.probe_set import ProbeSetError, probe_folder, read_build_manifest, read_probe, spread
 from ivln_ce.probe.results import read_results
 from ivln_ce.probe.skills import CONDITIONS, INTERVENED, SKILLS
 from ivln_ce.sim.base import ACTIONS
 
 EXAMPLES_PER_SKILL = 8
-
-
-def spread(ids: list[str], k: int) -> list[str]:
-    """``k`` of ``ids`` (sorted) evenly spaced from the first: the same choice on every run."""
-    ids = sorted(ids)
-    if k <= 0 or len(ids) <= k:
-        return ids if k > 0 else []
-    return [ids[(i * len(ids)) // k] for i in range(k)]
 
 
 def split_instruction(text: str, intervention: str) -> dict[str, str] | None:
@@ -73,8 +65,11 @@ def rollout_summary(rollout: Any) -> dict[str, Any] | None:
 
 
 def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_skill: int = EXAMPLES_PER_SKILL,
-                resamples: int = 2000) -> dict[str, Any]:
-    """The probe section's data (plain JSON types; figure paths inside ``figures_dir``)."""
+                resamples: int = 2000, frames_data: Path | None = None) -> dict[str, Any]:
+    """The probe section's data (plain JSON types; figure and frame paths inside ``figures_dir``).
+    ``frames_data``: a data root holding the run's scenes, to render each example's frames at p_j."""
+    if frames_data is not None and probes is None:
+        raise ProbeSetError("frames at p_j need the `probe build` folder of the run (--probe-build) beside the data folder")
     agent, records = read_results(run)
     figs = make_figures([run], figures_dir, probes, resamples=resamples)
     notes = list(figs.notes)
@@ -89,7 +84,7 @@ def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_sk
     examples = []
     for skill in SKILLS:
         ids = [pid for pid, conds in by_probe.items() if next(iter(conds.values()))["skill"] == skill]
-        for pid in spread(ids, per_skill):
+        for pid in (spread(sorted(ids), per_skill) if per_skill > 0 else []):
             conds = by_probe[pid]
             first = next(iter(conds.values()))
             examples.append({
@@ -100,7 +95,18 @@ def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_sk
                                 "correct_mass": conds[c]["correct_mass"], "rollout": rollout_summary(conds[c].get("rollout"))}
                                for c in CONDITIONS[skill] if c in conds],
                 "instruction": _instruction(Path(probes), pid, first, notes) if probes is not None else None,
+                "position": first.get("position"),
             })
+    if frames_data is not None and examples:
+        frames, frame_notes = render_example_frames(Path(run), Path(probes), examples, Path(frames_data), Path(figures_dir) / "frames")
+        notes += frame_notes
+        for ex in examples:
+            f = frames.get(ex["probe_id"])
+            if f is not None:
+                ex["frames"] = {s: str(p) for s, p in f.images.items()}
+                ex["frame_pose"] = {"position": list(f.position), "heading_deg": f.heading_deg, "offset_m": f.offset_m}
+    elif frames_data is None:
+        notes.append("frames at p_j not shown: give --probe-data (the data root holding the run's scenes) with --probe-build")
     return {"agent": agent, "run": str(run), "actions": list(ACTIONS),
             "figures": [{"name": f.name, "title": f.title, "png": str(f.png), "svg": str(f.svg), "csv": str(f.csv),
                          "caption": f.caption} for f in figs.figures],

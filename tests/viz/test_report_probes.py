@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from ivln_ce.cli import main  # noqa: E402
-from ivln_ce.probe.report_part import report_part, spread, split_instruction  # noqa: E402
+from ivln_ce.probe.report_part import report_part, split_instruction  # noqa: E402
 from ivln_ce.viz.report import build_report  # noqa: E402
 
 from tests.probe.handmade import PREFIX, PROBES, write_build, write_run  # noqa: E402
@@ -72,9 +72,7 @@ def test_without_build_no_instructions_and_a_note(tmp_path):
     assert "give --probe-build" in html and "figure object_error skipped" in html and "figure room_correct_mass skipped" in html
 
 
-def test_spread_and_split():
-    assert spread(["d", "a", "c", "b"], 2) == ["a", "c"]
-    assert spread(["a"], 3) == ["a"] and spread(["a"], 0) == []
+def test_split_instruction():
     assert split_instruction("Go on. Walk forward.", "Walk forward.") == {"before": "Go on. ", "intervention": "Walk forward."}
     assert split_instruction("Go on.", "Walk forward.") is None
 
@@ -89,7 +87,7 @@ def test_cli_probe_report_and_usage(tmp_path, capsys):
     assert sorted(ex["skill"] for ex in data["examples"]) == ["direction", "object", "room", "stop"]
     assert main(["viz", "report", "--probes", str(run)]) == 2  # no --out and no --results
     assert main(["viz", "report", "--probe-build", str(build), "--out", str(out)]) == 2
-    assert "--probe-build goes with --probes" in capsys.readouterr().err
+    assert "--probe-build and --probe-data go with --probes" in capsys.readouterr().err
 
 
 def test_probe_page_in_a_browser(probe_report, tmp_path):

@@ -33,7 +33,7 @@ table.episodes tbody tr { cursor:pointer; } table.episodes tbody tr.sel { backgr
 .badge.ok { background:#dff3e3; color:#1f6b33; } .badge.no { background:#fbe3e1; color:#9b2b22; } .badge.na { background:#eceff3; color:var(--muted); }
 .kv { display:grid; grid-template-columns:max-content 1fr; gap:2px 14px; margin:4px 0 8px; }
 .kv dt { color:var(--muted); } .kv dd { margin:0; }
-mark.int { background:#ffe27a; padding:0 2px; border-radius:2px; } .probe { margin:4px 0; } .probe .instr { max-width:900px; }
+mark.int { background:#ffe27a; padding:0 2px; border-radius:2px; } .probe { margin:4px 0; } .probe .instr { max-width:900px; } .frames { display:flex; gap:6px; flex-wrap:wrap; } figure.frame { margin:0; } figure.frame img { image-rendering:pixelated; border:1px solid #ccc; } figure.frame figcaption { font-size:11px; text-align:center; }
 .scroll { overflow-x:auto; }
 svg.bars { display:block; max-width:none; }
 svg.bars .grid { stroke:#e3e7ec; stroke-width:1; } svg.bars .tick { font-size:10px; fill:var(--muted); text-anchor:end; }

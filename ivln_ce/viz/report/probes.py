@@ -3,8 +3,9 @@
 The data come from ``probe/report_part.py`` as plain JSON types (``viz/`` does not import
 ``probe/``); this module checks them and writes ``probes.html``: each figure (PNG, with links to
 its SVG and CSV), and per skill a browsable list of example probes, each with the intervened
-instruction (I_int marked) and the agent's distribution over the four actions in every
-condition as small bars (the grounding actions outlined). The index gets a section linking it.
+instruction (I_int marked), the frames at p_j when they were rendered, and the agent's
+distribution over the four actions in every condition as small bars (the grounding actions
+outlined). The index gets a section linking it.
 """
 
 from __future__ import annotations
@@ -47,18 +48,41 @@ class ProbeSection:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], out: Path) -> "ProbeSection":
-        """Checked: every figure file lies inside the report folder ``out``."""
+        """Checked: every figure and frame file lies inside the report folder ``out`` (made relative)."""
         figs = []
         for f in d.get("figures", []):
-            hrefs = {}
-            for k in ("png", "svg", "csv"):
-                p = Path(f[k])
-                if not inside(p, out) or not p.is_file():
-                    raise ResultsError(f"probe figure {p}: not a file inside the report folder {out}")
-                hrefs[k] = quote(os.path.relpath(p.resolve(), out.resolve()).replace(os.sep, "/"))
+            hrefs = {k: _href(Path(f[k]), out, "probe figure") for k in ("png", "svg", "csv")}
             figs.append(ProbeFigure(str(f["name"]), str(f["title"]), hrefs["png"], hrefs["svg"], hrefs["csv"], str(f["caption"])))
+        examples = []
+        for ex in d.get("examples", []):
+            ex = dict(ex)
+            if ex.get("frames"):
+                ex["frames"] = {str(s): _href(Path(p), out, "probe frame") for s, p in ex["frames"].items()}
+            examples.append(ex)
         return cls(str(d["agent"]), str(d["run"]), [str(a) for a in d["actions"]], figs, dict(d.get("skipped", {})),
-                   [str(n) for n in d.get("notes", [])], list(d.get("examples", [])))
+                   [str(n) for n in d.get("notes", [])], examples)
+
+
+def _href(p: Path, out: Path, what: str) -> str:
+    if not inside(p, out) or not p.is_file():
+        raise ResultsError(f"{what} {p}: not a file inside the report folder {out}")
+    return quote(os.path.relpath(p.resolve(), out.resolve()).replace(os.sep, "/"))
+
+
+def frames_html(ex: dict) -> str:
+    """The frames at p_j (RGB, depth, semantics), with the pose they were rendered at; empty without."""
+    frames = ex.get("frames") or {}
+    if not frames:
+        return ""
+    pose = ex.get("frame_pose") or {}
+    figs = "".join(f'<figure class="frame"><img src="{escape(href)}" alt="{escape(sensor)} at p_j" width="160">'
+                   f'<figcaption>{escape(sensor)}</figcaption></figure>' for sensor, href in frames.items())
+    where = ""
+    if pose.get("position") is not None and pose.get("heading_deg") is not None:
+        x, y, z = (float(v) for v in pose["position"])
+        where = (f'<p class="muted">at p_j: ({num(x)}, {num(y)}, {num(z)}), heading {num(float(pose["heading_deg"]))}&deg;'
+                 f' (the run recorded this position to within {num(float(pose.get("offset_m", 0.0)) * 100)} cm)</p>')
+    return f'<div class="frames">{figs}</div>{where}'
 
 
 def bars_svg(actions: list[str], conditions: list[dict], correct: list[str]) -> str:
@@ -127,13 +151,14 @@ def _example(ex: dict, actions: list[str]) -> str:
             f'{_instruction(ex)}<dl class="kv"><dt>scene, source, j</dt><dd>{escape(ex["scene_id"])}, '
             f'{escape(str(ex["source_episode"]))}, {escape(str(ex["point"]))}</dd><dt>grounding actions</dt>'
             f'<dd>{escape(", ".join(ex.get("correct_actions", [])))}</dd></dl>'
-            f'{bars_svg(actions, conds, list(ex.get("correct_actions", [])))}{rollout_table(conds)}</details>')
+            f'{frames_html(ex)}{bars_svg(actions, conds, list(ex.get("correct_actions", [])))}{rollout_table(conds)}</details>')
 
 
 def probe_page(section: ProbeSection) -> str:
     parts = [f'<p class="muted">Probe run <code>{escape(section.run)}</code>, agent <b>{escape(section.agent)}</b>. '
              'One-step measure: the agent&rsquo;s distribution over the four actions at p_j, the end of the truncated '
-             'path, for each condition of a probe. Frames at p_j are not shown.</p>']
+             'path, for each condition of a probe. With a data folder (--probe-data), each example shows what the agent '
+             'saw at p_j.</p>']
     parts += [f'<p class="note">{escape(n)}</p>' for n in section.notes]
     parts += [f'<p class="note">figure {escape(k)} skipped: {escape(v)}</p>' for k, v in section.skipped.items()]
     for f in section.figures:
