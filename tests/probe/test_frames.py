@@ -17,7 +17,7 @@ pytest.importorskip("matplotlib")
 from ivln_ce.cli import main  # noqa: E402
 from ivln_ce.config import load_config  # noqa: E402
 from ivln_ce.env.tour_env import contained_scene_path  # noqa: E402
-from ivln_ce.probe.frames import FRAME_SENSORS, FrameError, frame_images, run_settings  # noqa: E402
+from ivln_ce.probe.frames import FRAME_SENSORS, FrameError, frame_images, render_example_frames, run_settings  # noqa: E402
 from ivln_ce.probe.probe_set import probe_folder, read_probe  # noqa: E402
 from ivln_ce.probe.report_part import report_part  # noqa: E402
 from ivln_ce.scenes.categories import CLASS_COLORS  # noqa: E402
@@ -39,19 +39,27 @@ def oracle_run(tmp_path_factory, tiny_benchmark):
     return probes, out
 
 
-def _part(oracle_run, tiny, folder, run_dir=None):
-    probes, run_dir0 = oracle_run
-    return report_part(run_dir or run_dir0, folder, probes, per_skill=2, resamples=100, frames_data=tiny)
+@pytest.fixture(scope="module")
+def frames_report(oracle_run, tiny_benchmark, tmp_path_factory):
+    """A probe report with frames (one build shared by the tests that read it)."""
+    probes, run_dir = oracle_run
+    return build_report(None, tmp_path_factory.mktemp("frames_report") / "report", progress=False, workers=1,
+                        probes=lambda folder: report_part(run_dir, folder, probes, per_skill=2, resamples=100,
+                                                          frames_data=tiny_benchmark))
 
 
-def test_frames_are_rendered_at_p_j_with_the_arrival_heading(oracle_run, tiny_benchmark, tmp_path):
+def _examples(report):
+    return parse(report.out / "probes.html").json["probe-data"]["examples"]
+
+
+def test_frames_are_rendered_at_p_j_with_the_arrival_heading(oracle_run, frames_report, tiny_benchmark):
     probes, _ = oracle_run
-    data = _part(oracle_run, tiny_benchmark, tmp_path / "figs")
-    assert data["examples"], "the tiny build has probes"
+    examples = _examples(frames_report)
+    assert examples, "the tiny build has probes"
     cfg = load_config(None, [f"data.root={tiny_benchmark}"])
     sim = make_simulator(cfg.simulator)
     try:
-        for ex in data["examples"]:
+        for ex in examples:
             assert set(ex["frames"]) == set(FRAME_SENSORS), ex["probe_id"]
             pose = ex["frame_pose"]
             assert pose["offset_m"] <= 1.1e-3
@@ -66,27 +74,27 @@ def test_frames_are_rendered_at_p_j_with_the_arrival_heading(oracle_run, tiny_be
             sim.load_scene(str(contained_scene_path(Path(cfg.data.scenes_dir), ex["scene_id"])))
             sim.set_agent_state(pose["position"], math.radians(pose["heading_deg"]))
             obs = sim.get_observations()
-            depth = cv2.imread(ex["frames"]["depth"], cv2.IMREAD_UNCHANGED)
+            depth = cv2.imread(str(frames_report.out / ex["frames"]["depth"]), cv2.IMREAD_UNCHANGED)
             want = np.round(np.clip(obs.depth[..., 0], 0, 1) * 255).astype(np.uint8)
             assert depth.shape[:2] == want.shape and np.array_equal(depth[..., 0], want)
-            rgb = cv2.imread(ex["frames"]["rgb"], cv2.IMREAD_COLOR)
+            rgb = cv2.imread(str(frames_report.out / ex["frames"]["rgb"]), cv2.IMREAD_COLOR)
             assert np.array_equal(rgb[..., ::-1], obs.rgb[..., :3])
     finally:
         sim.close()
 
 
 def test_another_scene_gives_no_frames_and_says_why(oracle_run, tiny_benchmark, tmp_path):
-    _, run_dir = oracle_run
-    moved = tmp_path / "run"
-    shutil.copytree(run_dir, moved)
-    res = json.loads((moved / "probe_results.json").read_text())
-    for r in res["records"]:
-        r["position"] = [r["position"][0] + 1.0, r["position"][1], r["position"][2]]
-    (moved / "probe_results.json").write_text(json.dumps(res))
-    data = _part(oracle_run, tiny_benchmark, tmp_path / "figs", run_dir=moved)
-    assert data["examples"] and not any(ex.get("frames") for ex in data["examples"])
-    assert sum("is not the one the run used" in n for n in data["notes"]) == len(data["examples"])
-    assert not list((tmp_path / "figs" / "frames").glob("*.png"))
+    probes, run_dir = oracle_run
+    records = json.loads((run_dir / "probe_results.json").read_text())["records"]
+    examples = list({r["probe_id"]: r for r in records}.values())[:3]
+    right, _ = render_example_frames(run_dir, probes, examples, tiny_benchmark, tmp_path / "right")
+    assert set(right) == {ex["probe_id"] for ex in examples}
+    # the same probes where the run recorded the agent 1 m away: the folder's scene cannot be the run's
+    moved = [{**ex, "position": [ex["position"][0] + 1.0, *ex["position"][1:]]} for ex in examples]
+    frames, notes = render_example_frames(run_dir, probes, moved, tiny_benchmark, tmp_path / "moved")
+    assert frames == {} and len(notes) == len(examples)
+    assert all("is not the one the run used" in n for n in notes)
+    assert not list((tmp_path / "moved").glob("*.png"))
 
 
 def test_frame_images_by_hand():
@@ -119,10 +127,8 @@ def test_bad_run_manifest_is_named(oracle_run, tmp_path):
     assert "scene_dataset_config" not in settings  # paths come from the user's config, never from the run
 
 
-def test_probe_page_shows_the_frames(oracle_run, tiny_benchmark, tmp_path):
-    rep = build_report(None, tmp_path / "report", progress=False, workers=1,
-                       probes=lambda folder: _part(oracle_run, tiny_benchmark, folder))
-    page = rep.out / "probes.html"
+def test_probe_page_shows_the_frames(frames_report):
+    page = frames_report.out / "probes.html"
     p = parse(page)
     local_links_resolve(page, p.links)
     examples = p.json["probe-data"]["examples"]
