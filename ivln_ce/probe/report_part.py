@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.probe.figures import make_figures
-from ivln_ce.probe.frames import render_example_frames
+from ivln_ce.probe.frames import FrameError, render_example_frames
 from ivln_ce.probe.probe_set import ProbeSetError, probe_folder, read_build_manifest, read_probe, spread
 from ivln_ce.probe.results import read_results
 from ivln_ce.probe.skills import CONDITIONS, INTERVENED, SKILLS
@@ -95,10 +95,14 @@ def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_sk
                                 "correct_mass": conds[c]["correct_mass"], "rollout": rollout_summary(conds[c].get("rollout"))}
                                for c in CONDITIONS[skill] if c in conds],
                 "instruction": _instruction(Path(probes), pid, first, notes) if probes is not None else None,
-                "position": first.get("position"),
+                "position": first.get("position"), "heading_error_deg": first.get("heading_error_deg"),
             })
     if frames_data is not None and examples:
-        frames, frame_notes = render_example_frames(Path(run), Path(probes), examples, Path(frames_data), Path(figures_dir) / "frames")
+        try:
+            frames, frame_notes = render_example_frames(Path(run), Path(probes), examples, Path(frames_data),
+                                                        Path(figures_dir) / "frames")
+        except FrameError as exc:
+            frames, frame_notes = {}, [f"frames at p_j not rendered: {exc}"]
         notes += frame_notes
         for ex in examples:
             f = frames.get(ex["probe_id"])

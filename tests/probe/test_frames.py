@@ -17,7 +17,9 @@ pytest.importorskip("matplotlib")
 from ivln_ce.cli import main  # noqa: E402
 from ivln_ce.config import load_config  # noqa: E402
 from ivln_ce.env.tour_env import contained_scene_path  # noqa: E402
-from ivln_ce.probe.frames import FRAME_SENSORS, FrameError, frame_images, render_example_frames, run_settings  # noqa: E402
+from ivln_ce.probe.frames import (FRAME_SENSORS, FrameError, _dataset_config, frame_images, frame_simulator, frame_stem,  # noqa: E402
+                                  render_example_frames, run_settings)
+from ivln_ce.probe.teacher import TeacherRule  # noqa: E402
 from ivln_ce.probe.probe_set import probe_folder, read_probe  # noqa: E402
 from ivln_ce.probe.report_part import report_part  # noqa: E402
 from ivln_ce.scenes.categories import CLASS_COLORS  # noqa: E402
@@ -31,11 +33,17 @@ from tests.probe.runs import built_probes, run  # noqa: E402
 from tests.viz.test_report import local_links_resolve, parse  # noqa: E402
 
 
+#: the run's own camera settings, not the defaults: the frames must use these
+RUN_SIM = ("simulator.rgb.width=48", "simulator.rgb.height=40", "simulator.sensor_height=0.9")
+#: and its own teacher rule
+RUN_TEACHER = TeacherRule(waypoint_radius=0.5)
+
+
 @pytest.fixture(scope="module")
 def oracle_run(tmp_path_factory, tiny_benchmark):
     probes = built_probes(tmp_path_factory, tiny_benchmark)
     out = tmp_path_factory.mktemp("frames") / "run"
-    run(probes, tiny_benchmark, out, "eval.agent=probe_oracle", limit=2, resamples=100)
+    run(probes, tiny_benchmark, out, "eval.agent=probe_oracle", *RUN_SIM, limit=2, resamples=100, teacher=RUN_TEACHER)
     return probes, out
 
 
@@ -56,7 +64,7 @@ def test_frames_are_rendered_at_p_j_with_the_arrival_heading(oracle_run, frames_
     probes, _ = oracle_run
     examples = _examples(frames_report)
     assert examples, "the tiny build has probes"
-    cfg = load_config(None, [f"data.root={tiny_benchmark}"])
+    cfg = load_config(None, [f"data.root={tiny_benchmark}", *RUN_SIM])
     sim = make_simulator(cfg.simulator)
     try:
         for ex in examples:
@@ -65,8 +73,8 @@ def test_frames_are_rendered_at_p_j_with_the_arrival_heading(oracle_run, frames_
             assert pose["offset_m"] <= 1.1e-3
             case = read_probe(probe_folder(probes, ex["probe_id"]), ex["probe_id"])
             p_j = np.asarray(next(iter(case.episodes.values())).reference_path[-1])
-            # the teacher reaches p_j within its waypoint radius (one forward step), turned to within half a turn
-            assert np.linalg.norm(np.asarray(pose["position"])[[0, 2]] - p_j[[0, 2]]) <= 0.25 + 1e-6
+            # the teacher reaches p_j within the run's waypoint radius, turned to within half a turn
+            assert np.linalg.norm(np.asarray(pose["position"])[[0, 2]] - p_j[[0, 2]]) <= RUN_TEACHER.waypoint_radius + 1e-6
             if case.meta.get("heading") is not None:
                 diff = (pose["heading_deg"] - math.degrees(case.meta["heading"]) + 180.0) % 360.0 - 180.0
                 assert abs(diff) <= 7.5 + 1e-6
@@ -78,9 +86,53 @@ def test_frames_are_rendered_at_p_j_with_the_arrival_heading(oracle_run, frames_
             want = np.round(np.clip(obs.depth[..., 0], 0, 1) * 255).astype(np.uint8)
             assert depth.shape[:2] == want.shape and np.array_equal(depth[..., 0], want)
             rgb = cv2.imread(str(frames_report.out / ex["frames"]["rgb"]), cv2.IMREAD_COLOR)
-            assert np.array_equal(rgb[..., ::-1], obs.rgb[..., :3])
+            assert rgb.shape == (40, 48, 3) and np.array_equal(rgb[..., ::-1], obs.rgb[..., :3])  # the run's camera
+            sem = cv2.imread(str(frames_report.out / ex["frames"]["semantic"]), cv2.IMREAD_COLOR)
+            palette = np.asarray(CLASS_COLORS, dtype=np.uint8)[:, ::-1]
+            assert np.array_equal(sem, palette[obs.semantic12])
     finally:
         sim.close()
+
+
+def test_a_folder_without_the_scenes_gives_notes_and_a_page(oracle_run, tmp_path):
+    probes, run_dir = oracle_run
+    (tmp_path / "empty").mkdir()
+    rep = build_report(None, tmp_path / "report", progress=False, workers=1,
+                       probes=lambda folder: report_part(run_dir, folder, probes, per_skill=1, resamples=50,
+                                                         frames_data=tmp_path / "empty"))
+    data = parse(rep.out / "probes.html").json["probe-data"]
+    assert data["examples"] and not any(ex.get("frames") for ex in data["examples"])
+    assert "frames of scene" in (rep.out / "probes.html").read_text()
+
+
+def test_hostile_records_and_output_folders(oracle_run, tiny_benchmark, tmp_path):
+    probes, run_dir = oracle_run
+    records = json.loads((run_dir / "probe_results.json").read_text())["records"]
+    ex = next(r for r in records if r.get("heading_error_deg") is not None)
+    frames, notes = render_example_frames(run_dir, probes, [{**ex, "position": ["a", "b", "c"]}], tiny_benchmark, tmp_path / "f")
+    assert frames == {} and "field 'position'" in notes[0]
+    frames, notes = render_example_frames(run_dir, probes, [{**ex, "heading_error_deg": ex["heading_error_deg"] + 5.0}],
+                                          tiny_benchmark, tmp_path / "g")
+    assert frames == {} and "not the run's pose" in notes[0]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FrameError, match="in the way"):
+        render_example_frames(run_dir, probes, [ex], tiny_benchmark, tmp_path / "link")
+    assert not list((tmp_path / "elsewhere").iterdir())
+    assert frame_stem("a b") != frame_stem("a_b") and "/" not in frame_stem("../x")
+
+
+def test_the_dataset_config_is_found_by_name_inside_the_scenes_folder(tmp_path):
+    scenes = tmp_path / "scene_datasets"
+    (scenes / "mp3d").mkdir(parents=True)
+    cfg = scenes / "mp3d" / "mp3d.scene_dataset_config.json"
+    cfg.write_text("{}")
+    assert _dataset_config(scenes, "mp3d.scene_dataset_config.json") == str(cfg.resolve())
+    assert _dataset_config(scenes, "other.json") == "" and _dataset_config(scenes, "") == ""
+    outside = tmp_path / "evil.json"
+    outside.write_text("{}")
+    (scenes / "evil.json").symlink_to(outside)
+    assert _dataset_config(scenes, "evil.json") == ""
 
 
 def test_another_scene_gives_no_frames_and_says_why(oracle_run, tiny_benchmark, tmp_path):
@@ -93,7 +145,7 @@ def test_another_scene_gives_no_frames_and_says_why(oracle_run, tiny_benchmark, 
     moved = [{**ex, "position": [ex["position"][0] + 1.0, *ex["position"][1:]]} for ex in examples]
     frames, notes = render_example_frames(run_dir, probes, moved, tiny_benchmark, tmp_path / "moved")
     assert frames == {} and len(notes) == len(examples)
-    assert all("is not the one the run used" in n for n in notes)
+    assert all("is not the run's" in n for n in notes)
     assert not list((tmp_path / "moved").glob("*.png"))
 
 
@@ -111,20 +163,34 @@ def test_frame_images_by_hand():
     assert frame_images(Observations(position=np.zeros(3), heading=0.0)) == {}
 
 
-def test_bad_run_manifest_is_named(oracle_run, tmp_path):
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.update(teacher={"waypoint_radius": -1}), r"probe_run.json: field 'teacher'"),
+    (lambda m: m.update(teacher={**m["teacher"], "max_steps": 2.7}), r"probe_run.json: field 'teacher'"),
+    (lambda m: m.update(complete=False), r"probe_run.json: field 'complete'"),
+    (lambda m: m.update(fingerprint="0" * 64), r"probe_run.json: field 'fingerprint'"),
+    (lambda m: m["config"]["simulator"]["rgb"].update(width=100000), r"simulator.rgb.width"),
+    (lambda m: m["config"]["simulator"].update(nav_cell=1e-6), r"simulator.nav_cell"),
+    (lambda m: m["config"]["simulator"].update(lidar=1), r"do not form a simulator config"),
+])
+def test_bad_run_manifest_is_named(oracle_run, tiny_benchmark, tmp_path, change, match):
     _, run_dir = oracle_run
     bad = tmp_path / "run"
     shutil.copytree(run_dir, bad)
     man = json.loads((bad / "probe_run.json").read_text())
-    man["teacher"] = {"waypoint_radius": -1}
+    change(man)
     (bad / "probe_run.json").write_text(json.dumps(man))
-    with pytest.raises(FrameError, match=r"probe_run.json: field 'teacher'"):
-        run_settings(bad)
-    (bad / "probe_run.json").unlink()
+    with pytest.raises(FrameError, match=match):
+        frame_simulator(run_settings(bad), tiny_benchmark)
+
+
+def test_run_settings_keep_the_run_machine_out(oracle_run, tmp_path):
+    _, run_dir = oracle_run
+    settings = run_settings(run_dir)
+    assert settings.teacher == RUN_TEACHER and settings.simulator["rgb"]["width"] == 48
+    assert not {"scene_dataset_config", "gpu_device_id", "renderer"} & set(settings.simulator)
+    (tmp_path / "run").mkdir()
     with pytest.raises(FrameError, match="probe_run.json: missing"):
-        run_settings(bad)
-    settings, _ = run_settings(run_dir)
-    assert "scene_dataset_config" not in settings  # paths come from the user's config, never from the run
+        run_settings(tmp_path / "run")
 
 
 def test_probe_page_shows_the_frames(frames_report):
@@ -148,6 +214,10 @@ def test_frames_outside_the_report_are_refused(tmp_path):
 
 
 def test_cli_probe_data_needs_the_build(oracle_run, tiny_benchmark, tmp_path, capsys):
-    _, run_dir = oracle_run
+    probes, run_dir = oracle_run
+    out = tmp_path / "ok"
+    assert main(["viz", "report", "--probes", str(run_dir), "--probe-build", str(probes), "--probe-data", str(tiny_benchmark),
+                 "--out", str(out), "--probe-examples", "1"]) == 0
+    assert len(list((out / "probes" / "frames").glob("*_depth.png"))) == len(parse(out / "probes.html").json["probe-data"]["examples"])
     assert main(["viz", "report", "--probes", str(run_dir), "--probe-data", str(tiny_benchmark), "--out", str(tmp_path / "r")]) == 2
     assert "--probe-data renders the frames" in capsys.readouterr().err
