@@ -1,10 +1,15 @@
-"""Training curves (``ivln-ce viz curves``): loss, action accuracy, β and validation t-nDTW.
+"""Training curves (``ivln-ce viz curves``): loss, action accuracy, β and validation t-nDTW;
+or, for reinforcement fine-tuning runs, return, rollout fidelity, losses and entropy.
 
 Reads the TensorBoard event files a training run writes (``torch.utils.tensorboard``) with
 TensorBoard's own event reader, and draws one figure with four panels, every given run in
 its own colour. Tags (the trainer's names): ``train/loss``, ``train/action_loss``,
 ``train/progress_loss``, ``train/action_accuracy``, ``train/beta`` against the training step,
 and ``eval_{split}_tndtw`` against the checkpoint (step = checkpoint index + 1, SPEC §10.2).
+Runs of ``train.trainer=rl`` log ``rl/*`` instead (``rl/trainer.py``): their figure shows the
+mean return and each reward term, the rollouts' SR, nDTW and CLS, the policy and value losses
+and the entropy, against the optimizer step. The two kinds cannot share one figure (their
+steps mean different things); mixing them is refused.
 
 Names taken from the files (tags, splits, folder names) are shown as plain text, never parsed
 as matplotlib mathtext (a tag like ``$x^{{{...}}}$`` would recurse without end), and the figure
@@ -21,6 +26,14 @@ from typing import Sequence
 from ivln_ce.viz.files import ResultsError, write_output
 
 LOSS_TAGS = ("train/loss", "train/action_loss", "train/progress_loss")
+#: the RL trainer's scalars shown per panel (tag, line style); x 100 where the panel says so
+RL_PANELS = (
+    ("mean return of the rollouts", False, (("rl/return", "-"), ("rl/reward_goal", "--"), ("rl/reward_fidelity", ":"),
+                                            ("rl/reward_ndtw", "-."))),
+    ("rollouts: SR, nDTW, CLS (x 100)", True, (("rl/success", "-"), ("rl/ndtw", "--"), ("rl/cls", ":"))),
+    ("losses", False, (("rl/policy_loss", "-"), ("rl/value_loss", "--"))),
+    ("entropy of the policy", False, (("rl/entropy", "-"),)),
+)
 EVAL_TNDTW = re.compile(r"^eval_(.+)_tndtw$")
 
 
@@ -82,24 +95,25 @@ def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequen
     if not dirs:
         raise ValueError("give at least one training folder")
     runs = [(names[k] if names else _name(d, dirs), read_scalars(d)) for k, d in enumerate(dirs)]
+    rl = [any(t.startswith("rl/") for t in scalars) for _, scalars in runs]
+    if any(rl) and not all(rl):
+        raise ValueError("reinforcement fine-tuning runs (rl/* scalars: "
+                         + ", ".join(plain(n) for (n, _), r in zip(runs, rl) if r)
+                         + ") and other training runs cannot share one figure: plot them separately")
     fig = Figure(figsize=(12, 8), dpi=110, layout="constrained")
     axes = fig.subplots(2, 2)
     colors = [f"C{k % 10}" for k in range(len(runs))]
+    if all(rl):
+        for ax, (title, percent, tags) in zip([a for row in axes for a in row], RL_PANELS):
+            _finish(ax, title, "optimizer step", _draw(ax, runs, colors, tags, 100.0 if percent else 1.0))
+        return _save(fig, out)
     panels = [
         (axes[0][0], "loss", "training step", [(t, s) for t, s in zip(LOSS_TAGS, ("-", "--", ":"))]),
         (axes[0][1], "action accuracy", "training step", [("train/action_accuracy", "-")]),
         (axes[1][0], "β (teacher-forcing / DAgger mixing)", "training step", [("train/beta", "-")]),
     ]
     for ax, title, xlabel, tags in panels:
-        drawn = False
-        for (name, scalars), c in zip(runs, colors):
-            for tag, style in tags:
-                pts = scalars.get(tag)
-                if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=c, lw=1.4,
-                            label=plain(f"{name}: {tag.split('/', 1)[-1]}" if len(tags) > 1 or len(runs) > 1 else tag))
-                    drawn = True
-        _finish(ax, title, xlabel, drawn)
+        _finish(ax, title, xlabel, _draw(ax, runs, colors, tags))
     ax = axes[1][1]
     drawn = False
     for (name, scalars), c in zip(runs, colors):
@@ -111,6 +125,24 @@ def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequen
                     label=plain(f"{name}: {split}"))
             drawn = True
     _finish(ax, "validation t-nDTW (x 100)", "checkpoint", drawn)
+    return _save(fig, out)
+
+
+def _draw(ax, runs, colors, tags, scale: float = 1.0) -> bool:
+    """Each run's series of ``tags`` (tag, line style) on ``ax``, in the run's colour; whether
+    anything was drawn."""
+    drawn = False
+    for (name, scalars), c in zip(runs, colors):
+        for tag, style in tags:
+            pts = scalars.get(tag)
+            if pts:
+                ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], style, color=c, lw=1.4,
+                        label=plain(f"{name}: {tag.split('/', 1)[-1]}" if len(tags) > 1 or len(runs) > 1 else tag))
+                drawn = True
+    return drawn
+
+
+def _save(fig, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     fig.savefig(buf, format=out.suffix.lower()[1:])

@@ -97,3 +97,53 @@ def test_tags_are_plain_text_and_the_figure_is_not_written_through_a_link(tmp_pa
     (tmp_path / "deep" / "curves.png").symlink_to(outside)
     assert main(["viz", "curves", str(tmp_path / "deep")]) == 2
     assert "curves.png" in capsys.readouterr().err and outside.read_text() == "not a figure"
+
+
+def write_rl_run(folder, reward_scale=1.0, updates=range(1, 11)):
+    with tb.SummaryWriter(str(folder)) as w:
+        for u in updates:
+            step = 70 * u
+            w.add_scalar("rl/return", reward_scale * (1.0 + 0.1 * u), step)
+            w.add_scalar("rl/reward_goal", reward_scale * (1.0 + 0.1 * u), step)
+            w.add_scalar("rl/reward_fidelity", 0.6 + 0.01 * u, step)
+            w.add_scalar("rl/success", 0.1 + 0.01 * u, step)
+            w.add_scalar("rl/ndtw", 0.5, step)
+            w.add_scalar("rl/cls", 0.45, step)
+            w.add_scalar("rl/policy_loss", 0.01, step)
+            w.add_scalar("rl/value_loss", 5.0 / u, step)
+            w.add_scalar("rl/entropy", 0.5 - 0.01 * u, step)
+
+
+def test_rl_runs_get_the_rl_panels(tmp_path):
+    write_rl_run(tmp_path / "goal")
+    write_rl_run(tmp_path / "fidelity", reward_scale=0.5)
+    out = plot_curves([tmp_path / "goal", tmp_path / "fidelity"], tmp_path / "rl.svg")
+    text = out.read_text()
+    for words in ("mean return of the rollouts", "SR, nDTW, CLS (x 100)", "losses", "entropy of the policy",
+                  "optimizer step", "goal: return", "fidelity: value_loss"):
+        assert words in text, words
+    assert "action accuracy" not in text and "no data logged" not in text
+
+
+
+def test_the_rl_rate_panel_is_drawn_x100_against_the_optimizer_step(tmp_path):
+    from matplotlib.figure import Figure
+
+    from ivln_ce.viz.curves import RL_PANELS, _draw
+
+    write_rl_run(tmp_path / "goal")
+    title, percent, tags = RL_PANELS[1]
+    assert percent and [t for t, _ in tags] == ["rl/success", "rl/ndtw", "rl/cls"]
+    ax = Figure().subplots()
+    assert _draw(ax, [("goal", read_scalars(tmp_path / "goal"))], ["C0"], tags, 100.0)
+    sr = ax.lines[0]
+    assert list(sr.get_xdata()) == [70 * u for u in range(1, 11)]
+    assert sr.get_ydata()[-1] == pytest.approx(20.0) and ax.lines[2].get_ydata()[0] == pytest.approx(45.0)
+
+
+def test_rl_and_teacher_forced_runs_are_not_mixed(tmp_path):
+    write_rl_run(tmp_path / "rl_run")
+    write_run(tmp_path / "bc_run")
+    with pytest.raises(ValueError, match=r"rl_run\) and other training runs cannot share one figure"):
+        plot_curves([tmp_path / "bc_run", tmp_path / "rl_run"], tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
