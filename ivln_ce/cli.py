@@ -323,7 +323,8 @@ def cmd_data_r4r(args: argparse.Namespace) -> int:
     _check_simulator_overrides(args, "data r4r", "--scenes")
     req = R4RRequest(episodes=Path(args.episodes), out=Path(args.out), distance=args.distance, threshold=args.threshold,
                      scenes_dir=Path(args.scenes_dir) if args.scenes_dir else None, max_per_scene=args.max_per_scene,
-                     seed=args.seed, max_dy=args.max_dy, padded_length=args.padded_length, overrides=tuple(args.overrides))
+                     seed=args.seed, max_dy=args.max_dy, padded_length=args.padded_length,
+                     instructions_per_path=args.instructions_per_path, overrides=tuple(args.overrides))
     result = build_r4r(req)
     print(result.table.read_text(), end="")
     refs = f", references {result.references}" if result.references else " (no simulator: no reference trajectories)"
@@ -753,6 +754,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr4.add_argument("--max-per-scene", type=int, default=None,
                      help="keep at most N joined paths per scene, a uniform sample seeded by --seed and the scene "
                           "(the pair count grows with the square of a scene's paths; default: all)")
+    dr4.add_argument("--instructions-per-path", type=int, default=None, metavar="K",
+                     help="use only the first K instructions (file order) of each input path: at most K x K "
+                          "episodes per joined path instead of N_A x N_B (default: all)")
     dr4.add_argument("--seed", type=int, default=0)
     dr4.add_argument("--max-dy", type=float, default=0.5, help="euclidean: max height difference of one floor (m)")
     dr4.add_argument("--padded-length", type=int, default=None,

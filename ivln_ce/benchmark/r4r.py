@@ -156,6 +156,8 @@ class R4RRequest:
     seed: int = 0
     max_dy: float = 0.5
     padded_length: int | None = None
+    #: the first K instructions of each input path only (None: all)
+    instructions_per_path: int | None = None
     #: simulator.* config overrides (e.g. simulator.backend=habitat)
     overrides: tuple[str, ...] = ()
 
@@ -190,7 +192,7 @@ def build_r4r(req: R4RRequest, show_progress: bool = True) -> R4RResult:
     if req.distance == "geodesic" and req.scenes_dir is None:
         raise ValueError("--distance geodesic needs --scenes (the folder the episodes' scene_id is relative to); "
                          "without scenes use --distance euclidean (the same-floor proxy of `ivln-ce data tours`)")
-    settings = R4RSettings(req.threshold, req.max_per_scene, req.seed, req.padded_length)
+    settings = R4RSettings(req.threshold, req.max_per_scene, req.seed, req.padded_length, req.instructions_per_path)
     out = Path(req.out)
     if out.resolve() == Path(req.episodes).resolve():
         raise ValueError(f"--out {out} is the input file; write the joined episodes elsewhere")

@@ -96,6 +96,10 @@ class R4RSettings:
     #: padded length of the joined token lists; None: the input's, raised to fit the longest
     #: joined instruction (a shorter explicit length truncates, and the statistics count it)
     padded_length: int | None = None
+    #: use only the first K instructions (episodes, file order) of each input path, so a joined
+    #: path gets at most K x K episodes instead of N_A x N_B (a smaller evaluation or training
+    #: set over the same joins); None uses all
+    instructions_per_path: int | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.threshold) and self.threshold > 0):
@@ -104,6 +108,8 @@ class R4RSettings:
             raise ValueError(f"max_per_scene must be >= 1 (or None for no limit), got {self.max_per_scene}")
         if self.padded_length is not None and self.padded_length < 1:
             raise ValueError(f"padded_length must be >= 1, got {self.padded_length}")
+        if self.instructions_per_path is not None and self.instructions_per_path < 1:
+            raise ValueError(f"instructions_per_path must be >= 1 (or None for all), got {self.instructions_per_path}")
 
 
 def source_paths(dataset: EpisodeDataset) -> dict[str, list[SourcePath]]:
@@ -232,6 +238,7 @@ class R4RStatistics:
     truncated_instructions: int = 0
     max_per_scene: int | None = None
     seed: int = 0
+    instructions_per_path: int | None = None
 
 
 # --------------------------------------------------------------------------- composition
@@ -337,6 +344,10 @@ class Composition:
         self.geometry = geometry
         self.settings = settings
         self.per_scan = source_paths(dataset)
+        k = settings.instructions_per_path
+        if k is not None:
+            self.per_scan = {scan: [SourcePath(p.trajectory_id, p.episodes[:k]) for p in paths]
+                             for scan, paths in self.per_scan.items()}
         self.joins: dict[str, list[Join]] = {}
         self.candidate_pairs = 0
         for scan in (progress(list(self.per_scan)) if progress else self.per_scan):
@@ -346,9 +357,11 @@ class Composition:
             self.candidate_pairs += len(found)
             self.joins[scan] = sample_joins(found, settings.max_per_scene, settings.seed, scan)
         self.padded_length = settings.padded_length or needed_padded_length(dataset, self.per_scan, self.joins, vocab)
-        self._source = StatisticsAccumulator()
-        for e in dataset.episodes:
-            self._source.add(e)
+        self._source = StatisticsAccumulator()  # the input as used: with instructions_per_path, the kept ones
+        for paths in self.per_scan.values():
+            for p in paths:
+                for e in p.episodes:
+                    self._source.add(e)
         self._joined = StatisticsAccumulator()
         self._composer = Composer(vocab, self.padded_length, geometry.distance_type)
         self._kept = self._unconnected = self._truncated = 0
@@ -385,6 +398,7 @@ class Composition:
             start_goal_type=self.geometry.start_goal_type, candidate_pairs=self.candidate_pairs, kept_pairs=self._kept,
             unconnected_pairs=self._unconnected, mean_join_distance=self._join_sum / max(j.instructions, 1),
             padded_length=self.padded_length, truncated_instructions=self._truncated, max_per_scene=s.max_per_scene, seed=s.seed,
+            instructions_per_path=s.instructions_per_path,
         )
 
 
@@ -403,7 +417,9 @@ def format_table(source_name: str, joined_name: str, s: R4RStatistics) -> str:
         f"Joins: {s.distance_type} d(end of A, start of B) < {s.threshold:g} m; {s.candidate_pairs} joinable ordered pairs, "
         f"limit {limit}, {s.kept_pairs} kept, {s.unconnected_pairs} without a connecting path; mean join distance "
         f"{s.mean_join_distance:.2f} m.",
-        f"Instructions: N_A x N_B per joined path, padded to {s.padded_length} tokens ({s.truncated_instructions} truncated).",
+        (f"Instructions: N_A x N_B per joined path, padded to {s.padded_length} tokens ({s.truncated_instructions} truncated)"
+         + ("." if s.instructions_per_path is None else
+            f"; only the first {s.instructions_per_path} instruction(s) of each input path are used (the input row counts those).")),
         f"d(r1, r|R|): the episodes' info.geodesic_distance (input: as in the file; R4R: {s.start_goal_type}). "
         "PL(R): length of the reference_path polyline. Means are over instructions.",
     ]

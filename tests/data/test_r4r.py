@@ -145,6 +145,23 @@ def test_max_per_scene_is_a_seeded_sample_independent_of_other_scenes():
     assert sample_joins(joins, 4, 0, "x") == sorted(sample_joins(joins, 4, 0, "x"))  # kept in order
 
 
+def test_instructions_per_path_equals_composing_the_input_cut_to_its_first_instructions():
+    # P1 has episodes 1 and 2: with K = 1 only episode 1 joins, as if episode 2 were not in the file
+    comp, paths = compose(instructions_per_path=1)
+    cut = EpisodeDataset([e for e in dataset().episodes if e.episode_id != "2"], VOCAB.to_instruction_vocab(), "hand.json.gz")
+    ref_comp, ref_paths = compose(cut)
+    assert [e.to_json_dict() for p in paths for e in p.episodes] == [e.to_json_dict() for p in ref_paths for e in p.episodes]
+    pairs = [(e.extra["first_episode_id"], e.extra["second_episode_id"]) for p in paths for e in p.episodes]
+    assert pairs == [(1, 3), (1, 4), (4, 1), (5, 7)]  # 1 x 1 per joined path, the same four joins
+    s, r = comp.statistics(), ref_comp.statistics()
+    assert (s.source.paths, s.source.instructions, s.joined.instructions) == (6, 6, 4)
+    assert (s.source, s.joined, s.candidate_pairs) == (r.source, r.joined, r.candidate_pairs)
+    assert s.instructions_per_path == 1 and r.instructions_per_path is None
+    # K at least the largest instruction count keeps everything
+    _, every = compose(instructions_per_path=2)
+    assert [e.to_json_dict() for p in every for e in p.episodes] == [e.to_json_dict() for p in compose()[1] for e in p.episodes]
+
+
 def test_padded_length_grows_to_fit_or_truncates_when_fixed():
     comp, paths = compose(threshold=3.0)
     assert comp.padded_length == 20
@@ -170,6 +187,8 @@ def test_bad_input_names_file_episode_and_field():
         R4RSettings(threshold=0)
     with pytest.raises(ValueError, match="max_per_scene"):
         R4RSettings(max_per_scene=0)
+    with pytest.raises(ValueError, match="instructions_per_path"):
+        R4RSettings(instructions_per_path=0)
 
 
 def test_streamed_file_equals_the_whole_file_writer(tmp_path):
@@ -221,3 +240,19 @@ def test_cli_refuses_geodesic_without_scenes(tmp_path, capsys):
     dataset().write(src)
     assert main(["data", "r4r", "--episodes", str(src), "--distance", "geodesic", "--out", str(tmp_path / "o.json.gz")]) == 2
     assert "--distance geodesic needs --scenes" in capsys.readouterr().err
+
+
+def test_cli_instructions_per_path(tmp_path, capsys):
+    src = tmp_path / "hand.json.gz"
+    dataset().write(src)
+    out = tmp_path / "one.json.gz"
+    assert main(["data", "r4r", "--episodes", str(src), "--distance", "euclidean", "--instructions-per-path", "1",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| R2R (input) | hand | 2 | 6 | 6 |" in printed and "| R4R | one | 2 | 4 | 4 |" in printed
+    assert "only the first 1 instruction(s) of each input path" in printed
+    assert [e.episode_id for e in load_episodes(out)] == ["1", "2", "3", "4"]
+    assert json.loads((tmp_path / "one_stats.json").read_text())["instructions_per_path"] == 1
+    assert main(["data", "r4r", "--episodes", str(src), "--distance", "euclidean", "--instructions-per-path", "0",
+                 "--out", str(tmp_path / "zero.json.gz")]) == 2
+    assert "instructions_per_path must be >= 1" in capsys.readouterr().err
