@@ -290,21 +290,29 @@ def cmd_data_tours(args: argparse.Namespace) -> int:
 
     from ivln_ce.benchmark.tours import distance_provider
     from ivln_ce.data.episodes import load_episodes
-    from ivln_ce.data.tour_generation import generate_tours, tour_statistics
+    from ivln_ce.data.tour_generation import generate_tours, one_tour_per_episode, tour_statistics
     from ivln_ce.data.tours import write_tours
 
+    if args.one_per_episode == (args.distance is not None):
+        raise UsageError("give --distance geodesic|euclidean (tours chained by distance) or --one-per-episode "
+                         "(every episode its own tour), not both")
     ds = load_episodes(args.episodes)
     split = args.split or Path(args.episodes).name.split(".")[0]
-    distances = distance_provider(ds, args.distance, args.scenes_dir, args.max_dy)
-    gen = generate_tours(ds, distances, split, seed=args.seed, solver=args.solver,
-                         progress=lambda it: tqdm(it, desc="scenes", unit="scene"))
-    if hasattr(distances, "close"):
-        distances.close()
+    if args.one_per_episode:
+        gen = one_tour_per_episode(ds, split)
+        how = "one tour per episode"
+    else:
+        distances = distance_provider(ds, args.distance, args.scenes_dir, args.max_dy)
+        gen = generate_tours(ds, distances, split, seed=args.seed, solver=args.solver,
+                             progress=lambda it: tqdm(it, desc="scenes", unit="scene"))
+        if hasattr(distances, "close"):
+            distances.close()
+        how = f"{args.distance} distance{'' if args.distance == 'geodesic' else f', |dy| < {args.max_dy} m'}"
     write_tours(args.out, {split: gen.to_json_split()})
     s = tour_statistics(gen.tours, len(ds))
     print(f"{args.out}: split {split}: {s['tours']} tours over {s['scenes']} scenes, {s['episodes']} episodes; "
           f"length mean {s['mean_length']:.1f}, min {s['min_length']}, max {s['max_length']}, SD {s['sd_length']:.1f} "
-          f"({args.distance} distance{'' if args.distance == 'geodesic' else f', |dy| < {args.max_dy} m'})")
+          f"({how})")
     return 0
 
 
@@ -730,7 +738,11 @@ def build_parser() -> argparse.ArgumentParser:
     dsy.set_defaults(func=cmd_data_synth)
     dto = dsub.add_parser("tours", help="generate tours.json for an episode file")
     dto.add_argument("--episodes", required=True)
-    dto.add_argument("--distance", choices=["geodesic", "euclidean"], required=True)
+    dto.add_argument("--distance", choices=["geodesic", "euclidean"],
+                     help="chain each scene's paths into tours by this distance (or give --one-per-episode)")
+    dto.add_argument("--one-per-episode", action="store_true",
+                     help="every episode its own tour: the tours file of an episodic evaluation (R2R / R4R style); "
+                          "no distances, no scenes")
     dto.add_argument("--scenes-dir", help="scenes for geodesic distances (embedded .glb or MP3D with habitat)")
     dto.add_argument("--max-dy", type=float, default=0.5, help="euclidean: max height difference of one floor (m)")
     dto.add_argument("--split", help="split name in the output (default: from the file name)")

@@ -325,6 +325,16 @@ def generate_tours(
     return GeneratedTours(split, out, meta)
 
 
+def one_tour_per_episode(dataset: EpisodeDataset, split: str) -> GeneratedTours:
+    """Every episode its own tour (scans sorted, episodes in file order): the tours file of an
+    episodic evaluation, as R2R and R4R are evaluated (seed 000), where no memory may carry from
+    one episode to the next and each episode is its own unit of the paired bootstrap."""
+    out: dict[str, list[list[str]]] = {}
+    for e in dataset.episodes:
+        out.setdefault(e.scan, []).append([str(e.episode_id)])
+    return GeneratedTours(split, {scan: out[scan] for scan in sorted(out)}, {"split": split, "one_per_episode": True})
+
+
 def tour_statistics(tours_by_scan: dict[str, list[list[str]]], episode_count: int | None = None) -> dict:
     """Table-1 numbers of a split's tours (lengths in episodes)."""
     lengths = np.array([len(t) for ts in tours_by_scan.values() for t in ts])

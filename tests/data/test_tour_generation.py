@@ -9,6 +9,7 @@ from ivln_ce.data.tour_generation import (
     euclidean_same_floor,
     generate_tours,
     nearest_neighbour_order,
+    one_tour_per_episode,
     order_key,
     solve_open_atsp,
     split_chunks,
@@ -119,6 +120,32 @@ def test_round_trip_through_the_foundation_loaders(tmp_path):
     assert not join.dropped_episodes and not join.unknown_entries
     stats = tour_statistics(gen.tours, len(ds))
     assert stats["episodes"] == len(ds) and stats["tours"] == len(ts)
+
+
+def test_one_tour_per_episode_round_trips_and_covers_every_episode_once(tmp_path, capsys):
+    from ivln_ce.cli import main
+
+    ds = synthetic_dataset(np.random.default_rng(2), n_paths=6, scans=("b", "a"))
+    gen = one_tour_per_episode(ds, "r4r_val")
+    assert list(gen.tours) == ["a", "b"]  # scans sorted; within a scan, file order
+    assert gen.tours["b"] == [[str(e.episode_id)] for e in ds if e.scan == "b"]
+    path = tmp_path / "tours.json"
+    write_tours(path, {"r4r_val": gen.to_json_split()})
+    ts = load_tours(path, "r4r_val")
+    assert sorted(t.episode_ids[0] for t in ts) == sorted(e.episode_id for e in ds) and all(len(t.episode_ids) == 1 for t in ts)
+    join = join_tours(ds, ts)
+    assert not join.dropped_episodes and not join.unknown_entries
+    # the CLI: no distance needed; exactly one of --distance and --one-per-episode
+    src = tmp_path / "eps.json.gz"
+    ds.write(src)
+    out = tmp_path / "cli_tours.json"
+    assert main(["data", "tours", "--episodes", str(src), "--one-per-episode", "--split", "r4r_val", "--out", str(out)]) == 0
+    assert f"{len(ds)} tours over 2 scenes, {len(ds)} episodes" in capsys.readouterr().out
+    assert [list(t.episode_ids) for t in load_tours(out, "r4r_val")] == [list(t.episode_ids) for t in ts]
+    for extra in ([], ["--one-per-episode", "--distance", "euclidean"]):
+        assert main(["data", "tours", "--episodes", str(src), *extra, "--out", str(tmp_path / "x.json")]) == 2
+        assert "--one-per-episode" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 @pytest.mark.slow
