@@ -39,6 +39,14 @@ EPISODE_KEYS = {"SR": "success", "SPL": "spl", "nDTW": "ndtw", "SDTW": "sdtw", "
 OPTIONAL = ("SDTW", "CLS")
 #: per-tour t-nDTW fields of ``tours_ckpt_*.json``: the configured variant, then both Euclidean ones
 TNDTW_KEYS = ("tndtw", "tndtw_official", "tndtw_paper")
+#: the t-nDTW field of a comparison whose runs scored no tour (no target tour paths for the
+#: split, as in an episodic R4R evaluation): only the episode metrics are compared
+NO_TNDTW = "none"
+
+
+def has_tndtw(t: "TourTable") -> bool:
+    """Whether any tour of the run has a t-nDTW value (in any of ``TNDTW_KEYS``)."""
+    return any(not np.isnan(t.values[k]).all() for k in TNDTW_KEYS)
 
 
 class CompareError(ResultsError):
@@ -210,13 +218,16 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
                                   f"{ha!r}, but in {hb!r} in {b.files['tour_dir']}: the evaluations used different tour files")
     if tndtw == "auto":
         complete = [k for k in ("tndtw", "tndtw_paper") if not (np.isnan(a.values[k]).any() or np.isnan(b.values[k]).any())]
-        if not complete:
+        if not complete and not has_tndtw(a) and not has_tndtw(b):
+            tndtw = NO_TNDTW  # neither run scored any tour (no target tour paths, e.g. episodic R4R): episode metrics only
+        elif not complete:
             raise CompareError(f"{a.files['tours']} and {b.files['tours']}: some tour has neither 'tndtw' nor 'tndtw_paper' "
                                "(no target tour paths for this split?)")
-        tndtw = complete[0]
-    if tndtw not in TNDTW_KEYS:
+        else:
+            tndtw = complete[0]
+    if tndtw not in (*TNDTW_KEYS, NO_TNDTW):
         raise CompareError(f"t-nDTW field {tndtw!r}: choose one of {TNDTW_KEYS} or 'auto'")
-    for t in (a, b):
+    for t in (a, b) if tndtw != NO_TNDTW else ():
         bad = np.flatnonzero(np.isnan(t.values[tndtw]))
         if len(bad):
             raise CompareError(f"{t.files['tours']}: tour {t.tours[bad[0]]!r}, field {tndtw!r} is null")
@@ -227,11 +238,12 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
     ib = {t: i for i, t in enumerate(b.tours)}
     order = np.array([ib[t] for t in a.tours])
 
-    shared = [m for m in METRICS if m in a.values and m in b.values]
+    shared = [m for m in METRICS if m in a.values and m in b.values and (m != "t-nDTW" or tndtw != NO_TNDTW)]
 
     def pick(tab: TourTable, idx=None) -> dict[str, np.ndarray]:
         vals = {m: tab.values[m] for m in shared}
-        vals["t-nDTW"] = tab.values[tndtw]
+        if tndtw != NO_TNDTW:
+            vals["t-nDTW"] = tab.values[tndtw]
         return {m: (v if idx is None else v[idx]) for m, v in vals.items()}
 
     return Paired(a.tours, a.houses, pick(a), pick(b, order), tndtw)
@@ -290,14 +302,21 @@ def compare(pairs: Sequence[tuple[TourTable, TourTable]], resamples: int = 10_00
         raise ValueError(f"level must lie in (0, 1), got {level}")
     if tndtw == "auto":  # one field for every seed: the configured variant only if all have it
         fields = [pair(a, b, "auto").tndtw_field for a, b in pairs]
-        tndtw = "tndtw" if all(f == "tndtw" for f in fields) else "tndtw_paper"
+        if NO_TNDTW in fields and any(f != NO_TNDTW for f in fields):
+            raise CompareError("some seed pairs have t-nDTW and others have none (no target tour paths): compare "
+                               "evaluations made with the same data")
+        tndtw = (NO_TNDTW if fields[0] == NO_TNDTW else
+                 "tndtw" if all(f == "tndtw" for f in fields) else "tndtw_paper")
     paired = [pair(a, b, tndtw) for a, b in pairs]
     splits = {a.split for a, _ in pairs}
     if len(splits) > 1:
         raise CompareError(f"the pairs evaluate different splits: {sorted(splits)}")
     metrics = [m for m in METRICS if all(m in p.a for p in paired)]
     notes = [f"{m} not compared: {', '.join(sorted({str(t.files['episodes']) for ab in pairs for t in ab if m not in t.values}))} "
-             f"record(s) no {EPISODE_KEYS[m]!r} for any episode" for m in METRICS if m not in metrics]
+             f"record(s) no {EPISODE_KEYS[m]!r} for any episode" for m in METRICS if m not in metrics and m != "t-nDTW"]
+    if tndtw == NO_TNDTW:
+        notes.append("t-nDTW not compared: no tour of either evaluation has one (no target tour paths for this split); "
+                     "the episode metrics are paired per tour")
     diffs = np.concatenate([np.stack([p.diff[m] for m in metrics], axis=1) for p in paired])
     seeds = np.concatenate([np.full(len(p.tours), i) for i, p in enumerate(paired)])
     houses = np.concatenate([np.asarray(p.houses) for p in paired])
@@ -323,16 +342,21 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
     difference and its interval; then what was left out."""
     lines = []
     others = [m for m in c.metrics if m != "t-nDTW"]
+    scored = "t-nDTW" in c.metrics
     if per_tour:
         for s, p in enumerate(c.pairs):
             head = f"seed pair {s + 1}: " if len(c.pairs) > 1 else ""
-            lines.append(f"{head}per-tour t-nDTW ({c.tndtw_field}) and differences {names[0]} - {names[1]} "
-                         f"of the tour means{' of ' + ', '.join(others) if others else ''}, x100")
-            lines.append(f"{'tour':>8} {'house':>16} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}"
+            lines.append(f"{head}{f'per-tour t-nDTW ({c.tndtw_field}) and ' if scored else ''}differences "
+                         f"{names[0]} - {names[1]} of the tour means{' of ' + ', '.join(others) if others else ''}, x100")
+            lines.append(f"{'tour':>8} {'house':>16}"
+                         + (f" {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}" if scored else "")
                          + "".join(f" {m:>7}" for m in others))
             for i, t in enumerate(p.tours):
-                a, b = p.a["t-nDTW"][i], p.b["t-nDTW"][i]
-                lines.append(f"{t:>8} {p.houses[i][:16]:>16} {a:9.2f} {b:9.2f} {a - b:+8.2f}"
+                tn = ""
+                if scored:
+                    a, b = p.a["t-nDTW"][i], p.b["t-nDTW"][i]
+                    tn = f" {a:9.2f} {b:9.2f} {a - b:+8.2f}"
+                lines.append(f"{t:>8} {p.houses[i][:16]:>16}{tn}"
                              + "".join(f" {p.a[m][i] - p.b[m][i]:+7.2f}" for m in others))
             lines.append("")
     any_iv = next(iter(c.intervals.values()))

@@ -117,3 +117,31 @@ def test_cli_compare_reports_the_fidelity_metrics(folders, tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["verdicts"]["CLS"]["word"] == "reproduced" and report["intervals"]["nDTW"]["mean"] == pytest.approx(5.0)
     assert np.allclose([r["CLS a"] - r["CLS b"] for r in report["per_tour"]], [10, 10, 30, 30])
+
+
+def test_runs_without_target_tour_paths_compare_their_episode_metrics(folders, tmp_path, capsys):
+    """An episodic evaluation of a split without target tour paths (R4R, one tour per episode)
+    writes null t-nDTWs for every tour: the episode metrics are still paired, with a note."""
+    none = {t: None for t in HOUSES}
+    a = write_eval(tmp_path / "ep_full", "cma", FULL, none)
+    b = write_eval(tmp_path / "ep_last5", "cma-instruction_last5", LAST5, none, instruction="last:5")
+    c = compare([(read_tours(a), read_tours(b))], resamples=4000, seed=0)
+    assert c.metrics == ("SR", "SPL", "nDTW", "SDTW", "CLS") and c.tndtw_field == "none"
+    assert len(c.notes) == 1 and c.notes[0].startswith("t-nDTW not compared: no tour of either evaluation has one")
+    cls = c.intervals["CLS"]  # the same planted differences as with t-nDTW present
+    assert (cls.mean, cls.low, cls.high) == pytest.approx((20, 10, 30))
+    text = format_comparison(c, ("full", "last5"))
+    assert "    tour            house      SR     SPL    nDTW    SDTW     CLS" in text
+    assert "       2          house_b  +50.00  +25.00  +10.00  +40.00  +30.00\n" in text
+    assert "t-nDTW" not in text.split("note:")[0]
+    assert main(["compare", str(a), str(b), "--resamples", "500", "--out", str(tmp_path / "c.json")]) == 0
+    assert "note: t-nDTW not compared" in capsys.readouterr().out
+    assert "t-nDTW" not in json.loads((tmp_path / "c.json").read_text())["intervals"]
+    # one run scored and the other not: not comparable as if neither were
+    with pytest.raises(CompareError, match="neither 'tndtw' nor 'tndtw_paper'"):
+        compare([(read_tours(folders[0]), read_tours(b))], resamples=100)
+    # a run with some tours scored and others not stays an error
+    partial = dict(TNDTW_FULL, **{"3": None})
+    p = write_eval(tmp_path / "partial", "cma", FULL, partial)
+    with pytest.raises(CompareError, match="neither 'tndtw' nor 'tndtw_paper'"):
+        compare([(read_tours(p), read_tours(b))], resamples=100)

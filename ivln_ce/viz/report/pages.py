@@ -211,10 +211,11 @@ def comparison_section(name: str, c: dict) -> str:
     cond = "" if c["instruction_a"] == c["instruction_b"] else (
         f' Instructions: {escape(c["instruction_a"] or "n/a")} here, {escape(c["instruction_b"] or "n/a")} in the other.')
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in c.get("notes", []))
+    tndtw = f'per-tour t-nDTW ({escape(c["tndtw_field"])}) and ' if "t-nDTW" in ivs else ""
     return (
         f'<h3>Paired comparison with <code>{escape(c["results_b"])}</code></h3>'
         f'<p class="muted">{escape(a)} &minus; {escape(b)} on {escape(c["split"])}, paired tour by tour: {any_iv["tours"]} tours in '
-        f'{any_iv["houses"]} houses; per-tour t-nDTW ({escape(c["tndtw_field"])}) and tour means of the episode metrics, &times; 100; '
+        f'{any_iv["houses"]} houses; {tndtw}tour means of the episode metrics, &times; 100; '
         f'{100 * any_iv["level"]:g} % percentile interval of a hierarchical bootstrap (houses, then tours; {any_iv["resamples"]} '
         f'resamples). Bold: the interval excludes 0.{cond}</p>'
         f'<table id="compare-{escape(name)}" class="data compare"><thead><tr><th class="l">metric</th><th>{escape(a)}</th>'
