@@ -154,6 +154,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"results folders come in pairs, A B [A2 B2 ...] (one pair per training seed); got {len(dirs)}")
     pairs = [(read_tours(a, args.split, args.label_a), read_tours(b, args.split, args.label_b))
              for a, b in zip(dirs[::2], dirs[1::2])]
+    if args.contrast is not None:
+        return _compare_contrast(args, pairs)
     result = compare(pairs, resamples=args.resamples, seed=args.seed, level=args.level, tndtw=args.tndtw)
     la, lb = pairs[0][0].label, pairs[0][1].label
     names = (la, lb) if la != lb else ("A", "B")
@@ -166,6 +168,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
               f"interval [{v.low:+.2f}, {v.high:+.2f}])")
     out = Path(args.out or f"compare_{args.split}.json")
     write_json(out, comparison_json(result, verdicts), indent=2)
+    print(f"wrote {out}")
+    return 0
+
+
+def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
+    from ivln_ce.data.jsonio import write_json
+    from ivln_ce.reproduce.stats import read_tours, verdict
+    from ivln_ce.viz.paired import contrast, contrast_json, format_contrast
+
+    more = args.contrast
+    if len(more) != 2 * len(pairs):
+        raise UsageError(f"--contrast takes one pair C D per pair A B (one per seed): {len(pairs)} pair(s) need "
+                         f"{2 * len(pairs)} folders, got {len(more)}")
+    second = [(read_tours(c, args.split, args.label_a), read_tours(d, args.split, args.label_b))
+              for c, d in zip(more[::2], more[1::2])]
+    result = contrast(pairs, second, resamples=args.resamples, seed=args.seed, level=args.level, tndtw=args.tndtw)
+    names = tuple(t.label if t.label else k for t, k in zip((*pairs[0], *second[0]), "ABCD"))
+    if len(set(names)) < 4:
+        names = ("A", "B", "C", "D")
+    print(format_contrast(result, names))
+    report = contrast_json(result)
+    if args.expect:
+        sign = 1 if args.expect == "greater" else -1
+        verdicts = {m: verdict(iv, sign) for m, iv in result.intervals.items()}
+        for m, v in verdicts.items():
+            print(f"{m}: {v.word} (expected ({names[0]} - {names[1]}) {'>' if sign > 0 else '<'} ({names[2]} - {names[3]}); "
+                  f"interval [{v.low:+.2f}, {v.high:+.2f}])")
+        report["verdicts"] = {m: dict(v.__dict__) for m, v in verdicts.items()}
+    out = Path(args.out or f"contrast_{args.split}.json")
+    write_json(out, report, indent=2)
     print(f"wrote {out}")
     return 0
 
@@ -672,8 +704,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "else the paper variant (partial runs have no official t-nDTW)")
     cm.add_argument("--expect", choices=["greater", "less"], default=None,
                     help="the claimed direction of A - B: adds a verdict per metric (reproduced / not reproduced / inconclusive)")
+    cm.add_argument("--contrast", nargs="+", default=None, metavar="C_D",
+                    help="C D [C2 D2 ...]: a second pair per seed; reports (A - B) - (C - D) tour by tour, e.g. "
+                         "whether an ablation costs one agent more than another (--expect then claims its sign)")
     cm.add_argument("--summary", action="store_true", help="omit the per-tour rows")
-    cm.add_argument("--out", default=None, help="JSON report (default compare_<split>.json)")
+    cm.add_argument("--out", default=None, help="JSON report (default compare_<split>.json, or contrast_<split>.json)")
     cm.set_defaults(func=cmd_compare)
 
     c = sub.add_parser("config", help="inspect configs")

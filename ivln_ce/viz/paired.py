@@ -300,37 +300,96 @@ def compare(pairs: Sequence[tuple[TourTable, TourTable]], resamples: int = 10_00
         raise CompareError("nothing to compare: no pair of evaluations")
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
-    if tndtw == "auto":  # one field for every seed: the configured variant only if all have it
-        fields = [pair(a, b, "auto").tndtw_field for a, b in pairs]
-        if NO_TNDTW in fields and any(f != NO_TNDTW for f in fields):
-            raise CompareError("some seed pairs have t-nDTW and others have none (no target tour paths): compare "
-                               "evaluations made with the same data")
-        tndtw = (NO_TNDTW if fields[0] == NO_TNDTW else
-                 "tndtw" if all(f == "tndtw" for f in fields) else "tndtw_paper")
+    tndtw = _common_tndtw(pairs, tndtw)
     paired = [pair(a, b, tndtw) for a, b in pairs]
-    splits = {a.split for a, _ in pairs}
+    split = _one_split(pairs)
+    metrics = [m for m in METRICS if all(m in p.a for p in paired)]
+    notes = _left_out(pairs, metrics, tndtw)
+    diffs = [np.stack([p.diff[m] for m in metrics], axis=1) for p in paired]
+    means_a = [np.concatenate([p.a[m] for p in paired]).mean() for m in metrics]
+    means_b = [np.concatenate([p.b[m] for p in paired]).mean() for m in metrics]
+    intervals = _intervals(metrics, diffs, paired, means_a, means_b, resamples, seed, level)
+    return Comparison(intervals, paired, tndtw, split, [(str(a.results), str(b.results)) for a, b in pairs], notes)
+
+
+def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tuple[TourTable, TourTable]],
+             resamples: int = 10_000, seed: int = 0, level: float = 0.95, tndtw: str = "auto") -> Comparison:
+    """The difference of two paired differences, (A - B) - (C - D), tour by tour, with the same
+    hierarchical bootstrap: whether an ablation costs one agent more than another (seed 000:
+    does the fidelity-rewarded agent lose more CLS without its words than the goal-rewarded one?).
+    ``first`` and ``second`` hold one pair per training seed, (A, B) and (C, D), all four
+    evaluations of the same tours. In the result, ``mean_a`` and ``mean_b`` of an interval are
+    the mean differences A - B and C - D; ``pairs`` are the (A, B) pairs."""
+    if not first or len(first) != len(second):
+        raise CompareError(f"a contrast needs as many (C, D) pairs as (A, B) pairs, one per seed; got {len(first)} and {len(second)}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    tndtw = _common_tndtw([*first, *second], tndtw)
+    p1 = [pair(a, b, tndtw) for a, b in first]
+    p2 = [pair(c, d, tndtw) for c, d in second]
+    split = _one_split([*first, *second])
+    metrics = [m for m in METRICS if all(m in p.a for p in (*p1, *p2))]
+    notes = _left_out([*first, *second], metrics, tndtw)
+    diffs, d1, d2 = [], [], []
+    for (a, _), (c, _), x, y in zip(first, second, p1, p2):
+        if set(x.tours) != set(y.tours) or dict(zip(x.tours, x.houses)) != dict(zip(y.tours, y.houses)):
+            raise TourSetMismatch(f"{a.files['tours']} and {c.files['tours']}: the two pairs cover different tours (or houses) "
+                                  f"of {split!r}; a contrast needs all four evaluations on the same tours")
+        iy = {t: i for i, t in enumerate(y.tours)}
+        order = np.array([iy[t] for t in x.tours])
+        dx = np.stack([x.diff[m] for m in metrics], axis=1)
+        dy = np.stack([y.diff[m][order] for m in metrics], axis=1)
+        diffs.append(dx - dy)
+        d1.append(dx)
+        d2.append(dy)
+    means_a = np.concatenate(d1).mean(axis=0)
+    means_b = np.concatenate(d2).mean(axis=0)
+    intervals = _intervals(metrics, diffs, p1, means_a, means_b, resamples, seed, level)
+    sources = [(str(a.results), str(b.results)) for a, b in first] + [(str(c.results), str(d.results)) for c, d in second]
+    return Comparison(intervals, p1, tndtw, split, sources, notes)
+
+
+def _common_tndtw(pairs: Sequence[tuple[TourTable, TourTable]], tndtw: str) -> str:
+    """One t-nDTW field for every pair: the configured variant only if all have it."""
+    if tndtw != "auto":
+        return tndtw
+    fields = [pair(a, b, "auto").tndtw_field for a, b in pairs]
+    if NO_TNDTW in fields and any(f != NO_TNDTW for f in fields):
+        raise CompareError("some seed pairs have t-nDTW and others have none (no target tour paths): compare "
+                           "evaluations made with the same data")
+    return NO_TNDTW if fields[0] == NO_TNDTW else "tndtw" if all(f == "tndtw" for f in fields) else "tndtw_paper"
+
+
+def _one_split(pairs: Sequence[tuple[TourTable, TourTable]]) -> str:
+    splits = {t.split for ab in pairs for t in ab}
     if len(splits) > 1:
         raise CompareError(f"the pairs evaluate different splits: {sorted(splits)}")
-    metrics = [m for m in METRICS if all(m in p.a for p in paired)]
+    return splits.pop()
+
+
+def _left_out(pairs: Sequence[tuple[TourTable, TourTable]], metrics: Sequence[str], tndtw: str) -> list[str]:
     notes = [f"{m} not compared: {', '.join(sorted({str(t.files['episodes']) for ab in pairs for t in ab if m not in t.values}))} "
              f"record(s) no {EPISODE_KEYS[m]!r} for any episode" for m in METRICS if m not in metrics and m != "t-nDTW"]
     if tndtw == NO_TNDTW:
         notes.append("t-nDTW not compared: no tour of either evaluation has one (no target tour paths for this split); "
                      "the episode metrics are paired per tour")
-    diffs = np.concatenate([np.stack([p.diff[m] for m in metrics], axis=1) for p in paired])
+    return notes
+
+
+def _intervals(metrics: Sequence[str], diffs: Sequence[np.ndarray], paired: Sequence[Paired], means_a, means_b,
+               resamples: int, seed: int, level: float) -> dict[str, Interval]:
+    """Per metric the mean of the per-tour ``diffs`` (one array [tours, metrics] per seed, tours
+    in the order of ``paired``) and its percentile interval over seeds, houses and tours."""
+    stacked = np.concatenate(diffs)
     seeds = np.concatenate([np.full(len(p.tours), i) for i, p in enumerate(paired)])
     houses = np.concatenate([np.asarray(p.houses) for p in paired])
     groups = ([seeds] if len(paired) > 1 else []) + [houses]
-    boot = hierarchical_bootstrap(diffs, groups, resamples, np.random.default_rng(seed))
+    boot = hierarchical_bootstrap(stacked, groups, resamples, np.random.default_rng(seed))
     tail = 100.0 * (1.0 - level) / 2.0
     lows, highs = np.percentile(boot, [tail, 100.0 - tail], axis=0)
-    intervals = {}
-    for j, m in enumerate(metrics):
-        a = np.concatenate([p.a[m] for p in paired])
-        b = np.concatenate([p.b[m] for p in paired])
-        intervals[m] = Interval(m, float(diffs[:, j].mean()), float(lows[j]), float(highs[j]), level, resamples, len(paired),
-                                len(set(houses.tolist())), len({t for p in paired for t in p.tours}), float(a.mean()), float(b.mean()))
-    return Comparison(intervals, paired, tndtw, splits.pop(), [(str(a.results), str(b.results)) for a, b in pairs], notes)
+    n_houses, n_tours = len(set(houses.tolist())), len({t for p in paired for t in p.tours})
+    return {m: Interval(m, float(stacked[:, j].mean()), float(lows[j]), float(highs[j]), level, resamples, len(paired), n_houses,
+                        n_tours, float(means_a[j]), float(means_b[j])) for j, m in enumerate(metrics)}
 
 
 # --------------------------------------------------------------------------- presentation
@@ -369,6 +428,37 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
         lines.append(f"{m:>7} {iv.mean_a:9.2f} {iv.mean_b:9.2f} {iv.mean:+8.2f}   [{iv.low:+.2f}, {iv.high:+.2f}]")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
+
+
+def format_contrast(c: Comparison, names: tuple[str, str, str, str] = ("A", "B", "C", "D")) -> str:
+    """The table of a ``contrast``: per metric the mean of A - B, of C - D, their difference and
+    its interval; then what was left out."""
+    a, b, x, y = names
+    first, second = f"{a} - {b}", f"{x} - {y}"
+    any_iv = next(iter(c.intervals.values()))
+    tours, houses = (f"{k} {w}{'' if k == 1 else 's'}" for k, w in ((any_iv.tours, "tour"), (any_iv.houses, "house")))
+    lines = [f"{c.split}: ({first}) - ({second}), paired per tour; {tours} in {houses}, {any_iv.seeds} seed(s); "
+             f"{100 * any_iv.level:g} % percentile interval of a hierarchical bootstrap "
+             f"({'seeds, ' if any_iv.seeds > 1 else ''}houses, tours; {any_iv.resamples} resamples); x100",
+             f"{'metric':>7} {first[:25]:>25} {second[:25]:>25} {'contrast':>9}   interval"]
+    for m, iv in c.intervals.items():
+        lines.append(f"{m:>7} {iv.mean_a:+25.2f} {iv.mean_b:+25.2f} {iv.mean:+9.2f}   [{iv.low:+.2f}, {iv.high:+.2f}]")
+    lines += [f"note: {n}" for n in c.notes]
+    return "\n".join(lines)
+
+
+def contrast_json(c: Comparison) -> dict[str, Any]:
+    """A ``contrast`` as JSON: the four folders per seed, intervals per metric (``mean_a``: A - B,
+    ``mean_b``: C - D), notes."""
+    half = len(c.sources) // 2
+    return {
+        "split": c.split,
+        "contrast": "(A - B) - (C - D)",
+        "tndtw_field": c.tndtw_field,
+        "sources": [{"a": a, "b": b, "c": x, "d": y} for (a, b), (x, y) in zip(c.sources[:half], c.sources[half:])],
+        "intervals": {m: iv.as_dict() for m, iv in c.intervals.items()},
+        "notes": list(c.notes),
+    }
 
 
 def comparison_json(c: Comparison) -> dict[str, Any]:

@@ -145,3 +145,49 @@ def test_runs_without_target_tour_paths_compare_their_episode_metrics(folders, t
     p = write_eval(tmp_path / "partial", "cma", FULL, partial)
     with pytest.raises(CompareError, match="neither 'tndtw' nor 'tndtw_paper'"):
         compare([(read_tours(p), read_tours(b))], resamples=100)
+
+
+def test_contrast_is_the_difference_of_the_paired_differences(folders, tmp_path, capsys):
+    """(A - B) - (C - D): agent 1 loses 20 CLS (10 in house_a, 30 in house_b) under last:5; agent 2
+    loses 5 everywhere. The contrast is 5 in house_a and 25 in house_b: by the argument of the
+    planted test, the 95 % interval is [5, 25] around 15."""
+    from ivln_ce.viz.paired import contrast, format_contrast
+
+    c_full = {t: [episode(1.0, 0.8, 0.5), episode(1.0, 0.8, 0.5)] for t in HOUSES}
+    c_last5 = {t: [episode(1.0, 0.8, 0.45), episode(1.0, 0.8, 0.45)] for t in HOUSES}
+    two_full = write_eval(tmp_path / "two_full", "goal", c_full, {t: 0.5 for t in HOUSES})
+    two_last5 = write_eval(tmp_path / "two_last5", "goal-instruction_last5", c_last5, {t: 0.45 for t in HOUSES})
+    first = [(read_tours(folders[0]), read_tours(folders[1]))]
+    second = [(read_tours(two_full), read_tours(two_last5))]
+    c = contrast(first, second, resamples=4000, seed=0)
+    cls = c.intervals["CLS"]
+    assert (cls.mean, cls.low, cls.high, cls.mean_a, cls.mean_b) == pytest.approx((15, 5, 25, 20, 5))
+    tn = c.intervals["t-nDTW"]  # 10 / 30 per house against 5: [5, 25] around 15 as well
+    assert (tn.mean, tn.low, tn.high) == pytest.approx((15, 5, 25))
+    assert c.intervals["SR"].mean_b == pytest.approx(0) and c.intervals["SR"].mean == pytest.approx(25)
+    # the contrast of a pair with itself is exactly 0
+    zero = contrast(first, first, resamples=500).intervals["CLS"]
+    assert (zero.mean, zero.low, zero.high) == (0, 0, 0)
+    # swapping the pairs flips the sign
+    back = contrast(second, first, resamples=4000, seed=0).intervals["CLS"]
+    assert (back.mean, back.low, back.high) == pytest.approx((-15, -25, -5))
+    assert "    CLS                    +20.00                     +5.00    +15.00   [+5.00, +25.00]" in format_contrast(c)
+    # the CLI
+    out = tmp_path / "k.json"
+    assert main(["compare", str(folders[0]), str(folders[1]), "--contrast", str(two_full), str(two_last5),
+                 "--resamples", "4000", "--expect", "greater", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "(cma - cma-instruction_last5) - (goal - goal-instruction_last5)" in text
+    assert "CLS: reproduced (expected (cma - cma-instruction_last5) > (goal - goal-instruction_last5); interval [+5.00, +25.00])" in text
+    js = json.loads(out.read_text())
+    assert js["contrast"] == "(A - B) - (C - D)" and js["sources"][0]["d"] == str(two_last5)
+    assert js["intervals"]["CLS"]["mean"] == pytest.approx(15) and js["verdicts"]["CLS"]["word"] == "reproduced"
+    assert main(["compare", str(folders[0]), str(folders[1]), "--contrast", str(two_full)]) == 2
+    assert "--contrast takes one pair C D per pair A B" in capsys.readouterr().err
+    # other tours in the second pair: refused
+    other = dict(HOUSES)
+    other_eps = {("9" if t == "3" else t): e for t, e in c_full.items()}
+    odd = write_eval(tmp_path / "odd_a", "goal", other_eps, {("9" if t == "3" else t): 0.5 for t in other})
+    odd_b = write_eval(tmp_path / "odd_b", "goal", other_eps, {("9" if t == "3" else t): 0.5 for t in other})
+    with pytest.raises(CompareError):
+        contrast(first, [(read_tours(odd), read_tours(odd_b))], resamples=100)
