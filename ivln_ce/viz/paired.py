@@ -238,7 +238,7 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
     ib = {t: i for i, t in enumerate(b.tours)}
     order = np.array([ib[t] for t in a.tours])
 
-    shared = [m for m in METRICS if m in a.values and m in b.values and (m != "t-nDTW" or tndtw != NO_TNDTW)]
+    shared = [m for m in METRICS if m != "t-nDTW" and m in a.values and m in b.values]
 
     def pick(tab: TourTable, idx=None) -> dict[str, np.ndarray]:
         vals = {m: tab.values[m] for m in shared}
@@ -332,7 +332,7 @@ def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tupl
     notes = _left_out([*first, *second], metrics, tndtw)
     diffs, d1, d2 = [], [], []
     for (a, _), (c, _), x, y in zip(first, second, p1, p2):
-        if set(x.tours) != set(y.tours) or dict(zip(x.tours, x.houses)) != dict(zip(y.tours, y.houses)):
+        if dict(zip(x.tours, x.houses)) != dict(zip(y.tours, y.houses)):
             raise TourSetMismatch(f"{a.files['tours']} and {c.files['tours']}: the two pairs cover different tours (or houses) "
                                   f"of {split!r}; a contrast needs all four evaluations on the same tours")
         iy = {t: i for i, t in enumerate(y.tours)}
