@@ -148,6 +148,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ivln_ce.data.jsonio import write_json
     from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison, read_tours, verdict
+    from ivln_ce.viz.paired import display_names
 
     dirs = args.results
     if len(dirs) % 2:
@@ -157,8 +158,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.contrast is not None:
         return _compare_contrast(args, pairs)
     result = compare(pairs, resamples=args.resamples, seed=args.seed, level=args.level, tndtw=args.tndtw)
-    la, lb = pairs[0][0].label, pairs[0][1].label
-    names = (la, lb) if la != lb else ("A", "B")
+    names, legend = display_names(pairs[0])
+    for line in legend:
+        print(line)
     verdicts = {}
     if args.expect:
         verdicts = {m: verdict(iv, 1 if args.expect == "greater" else -1) for m, iv in result.intervals.items()}
@@ -175,7 +177,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
     from ivln_ce.data.jsonio import write_json
     from ivln_ce.reproduce.stats import read_tours, verdict
-    from ivln_ce.viz.paired import contrast, contrast_json, format_contrast
+    from ivln_ce.viz.paired import contrast, contrast_json, display_names, format_contrast
 
     more = args.contrast
     if len(more) != 2 * len(pairs):
@@ -184,9 +186,9 @@ def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
     second = [(read_tours(c, args.split, args.label_a), read_tours(d, args.split, args.label_b))
               for c, d in zip(more[::2], more[1::2])]
     result = contrast(pairs, second, resamples=args.resamples, seed=args.seed, level=args.level, tndtw=args.tndtw)
-    names = tuple(t.label if t.label else k for t, k in zip((*pairs[0], *second[0]), "ABCD"))
-    if len(set(names)) < 4:
-        names = ("A", "B", "C", "D")
+    names, legend = display_names((*pairs[0], *second[0]), width=11)  # a column holds 'A - B' in 25
+    for line in legend:
+        print(line)
     print(format_contrast(result, names))
     report = contrast_json(result)
     if args.expect:

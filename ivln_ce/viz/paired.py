@@ -395,6 +395,20 @@ def _intervals(metrics: Sequence[str], diffs: Sequence[np.ndarray], paired: Sequ
 # --------------------------------------------------------------------------- presentation
 
 
+def display_names(tables: Sequence[TourTable], width: int = 9) -> tuple[tuple[str, ...], list[str]]:
+    """Column names for the runs of a comparison, and a legend when they are letters.
+
+    The run labels when their first ``width`` characters (what a table column shows) are
+    distinct (checkpoint labels often are not: two ``ckpt.11`` runs), else the results folders'
+    names under the same rule, else A, B, ...; the legend then maps each letter to its folder, so
+    a printed table still says which run is which."""
+    letters = tuple("ABCDEFGH"[: len(tables)])
+    for names in (tuple(t.label for t in tables), tuple(t.results.name for t in tables)):
+        if all(names) and len({n[:width] for n in names}) == len(names):
+            return names, []
+    return letters, [f"{k} = {t.results}" for k, t in zip(letters, tables)]
+
+
 def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_tour: bool = True) -> str:
     """The paired table: per tour (one seed) the t-nDTW of both and the difference, and the
     differences of the tour means of the episode metrics; then per metric the means, the mean

@@ -191,3 +191,27 @@ def test_contrast_is_the_difference_of_the_paired_differences(folders, tmp_path,
     odd_b = write_eval(tmp_path / "odd_b", "goal", other_eps, {("9" if t == "3" else t): 0.5 for t in other})
     with pytest.raises(CompareError):
         contrast(first, [(read_tours(odd), read_tours(odd_b))], resamples=100)
+
+
+def test_runs_with_equal_labels_are_named_by_folder_else_by_letter_with_a_legend(tmp_path, capsys):
+    """Two checkpoints of the same epoch share their label ("11"): the table names them by
+    their folders; folders whose names a 9-character column cannot tell apart become A and B,
+    and a legend says which folder each letter is."""
+    from ivln_ce.viz.paired import display_names
+
+    tour_cma = write_eval(tmp_path / "tour_cma", "11", FULL, TNDTW_FULL)
+    cma = write_eval(tmp_path / "cma", "11", LAST5, TNDTW_LAST5)
+    assert display_names((read_tours(tour_cma), read_tours(cma))) == (("tour_cma", "cma"), [])
+    assert main(["compare", str(tour_cma), str(cma), "--resamples", "500", "--expect", "greater",
+                 "--out", str(tmp_path / "c.json")]) == 0
+    text = capsys.readouterr().out
+    assert " metric  tour_cma       cma     diff   interval" in text and "expected tour_cma > cma" in text
+    long_a = write_eval(tmp_path / "cma_val_unseen_full", "11", FULL, TNDTW_FULL)
+    long_b = write_eval(tmp_path / "cma_val_unseen_last5", "11", LAST5, TNDTW_LAST5)
+    names, legend = display_names((read_tours(long_a), read_tours(long_b)))
+    assert names == ("A", "B") and legend == [f"A = {long_a}", f"B = {long_b}"]
+    assert display_names((read_tours(long_a), read_tours(long_b)), width=20) == (
+        ("cma_val_unseen_full", "cma_val_unseen_last5"), [])
+    assert main(["compare", str(long_a), str(long_b), "--resamples", "500", "--out", str(tmp_path / "d.json")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"A = {long_a}\nB = {long_b}\n") and " metric         A         B     diff   interval" in text
