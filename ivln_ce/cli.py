@@ -575,6 +575,26 @@ def cmd_viz_curves(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_viz_positions(args: argparse.Namespace) -> int:
+    from ivln_ce.data.jsonio import write_json
+    from ivln_ce.viz.paired import display_names
+    from ivln_ce.viz.positions import by_position, format_positions, positions_json, read_positions
+
+    if len(args.results) > 2:
+        raise UsageError(f"one results folder, or two to pair (A B); got {len(args.results)}")
+    tables = [read_positions(r, args.split, lab, args.metric) for r, lab in zip(args.results, (args.label_a, args.label_b))]
+    b = tables[1] if len(tables) == 2 else None
+    bins = by_position(tables[0], b, width=args.width, resamples=args.resamples, seed=args.seed, level=args.level)
+    names, legend = display_names(tables)
+    for line in legend:
+        print(line)
+    print(format_positions(bins, args.metric, names))
+    if args.out:
+        write_json(Path(args.out), positions_json(bins, tables[0], b, args.level, args.resamples), indent=2)
+        print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_known_maps(args: argparse.Namespace) -> int:
     import math
 
@@ -991,6 +1011,19 @@ def build_parser() -> argparse.ArgumentParser:
     vc.add_argument("train_dirs", nargs="+", metavar="TRAIN_DIR", help="training folders (event files anywhere below)")
     vc.add_argument("--out", default=None, help="figure file, .png or .svg (default TRAIN_DIR/curves.png)")
     vc.set_defaults(func=cmd_viz_curves)
+    vp = vsub.add_parser("positions", help="an episode metric by position in the tour (1-5, 6-10, ...), optionally paired "
+                                           "against a second evaluation of the same tours, with hierarchical bootstrap intervals")
+    vp.add_argument("results", nargs="+", metavar="RESULTS", help="a results folder of `ivln-ce eval`, or two (A B: A - B)")
+    vp.add_argument("--split", default="val_unseen")
+    vp.add_argument("--label-a", default=None, help="the run label in A (when it holds several)")
+    vp.add_argument("--label-b", default=None, help="the run label in B (when it holds several)")
+    vp.add_argument("--metric", default="nDTW", choices=["SR", "SPL", "nDTW", "SDTW", "CLS"])
+    vp.add_argument("--width", type=int, default=5, help="positions per group (default 5)")
+    vp.add_argument("--resamples", type=int, default=10_000)
+    vp.add_argument("--seed", type=int, default=0, help="seed of the bootstrap's random stream")
+    vp.add_argument("--level", type=float, default=0.95)
+    vp.add_argument("--out", default=None, help="JSON report")
+    vp.set_defaults(func=cmd_viz_positions)
 
     b = sub.add_parser("bench", help="run a benchmark script from scripts/ (e.g. tndtw)")
     b.add_argument("name")

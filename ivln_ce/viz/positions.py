@@ -1,0 +1,152 @@
+"""Episode metrics by position in the tour: does memory help later in a tour?
+
+The paper's premise is that an agent with tour memory should do better on later episodes of a
+tour, whose surroundings it has already seen. A split-level mean hides that. This module reads
+the per-tour files of an evaluation (``tours_{label}_{split}/{tour}.json``, whose ``episodes``
+are in tour order), groups the episodes by position (1-5, 6-10, ...), and gives per group the
+mean over tours of each tour's group mean, with a hierarchical bootstrap interval (houses, then
+tours: ``metrics/bootstrap.py``). With a second evaluation of the same tours it gives the paired
+difference A - B per group instead, so a memory model can be set against CMA position by position.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.viz.paired import EPISODE_KEYS, CompareError, _load, _tour_order
+from ivln_ce.viz.runs import find_runs, file_component
+
+
+@dataclass(frozen=True)
+class PositionTable:
+    """One evaluation's episode metric by tour position: ``values[i, p]`` is tour i's episode at
+    position p + 1 (x 100), NaN past the tour's end; ``episodes[i]`` are its episode ids in order."""
+
+    results: Path
+    label: str
+    split: str
+    metric: str
+    tours: tuple[str, ...]
+    houses: tuple[str, ...]
+    episodes: tuple[tuple[str, ...], ...]
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class PositionBin:
+    """Positions ``first``..``last`` (1-based): the mean over the ``tours`` that reach them of
+    each tour's mean there, for A and (paired) B, and the interval of A - B (of A alone without B)."""
+
+    first: int
+    last: int
+    tours: int
+    mean_a: float
+    mean_b: float | None
+    mean: float
+    low: float
+    high: float
+
+
+def read_positions(results: str | Path, split: str = "val_unseen", label: str | None = None,
+                   metric: str = "nDTW") -> PositionTable:
+    """The per-tour files of one evaluation as a tour x position table of ``metric``
+    (SR, SPL, nDTW, SDTW or CLS)."""
+    if metric not in EPISODE_KEYS:
+        raise CompareError(f"metric {metric!r}: choose one of {', '.join(EPISODE_KEYS)}")
+    key = EPISODE_KEYS[metric]
+    runs = find_runs(results, label=label, split=split)
+    if len(runs) > 1:
+        raise CompareError(f"{results}: {len(runs)} evaluations of {split!r} (labels {', '.join(r.label for r in runs)}); "
+                           "name one with --label")
+    run = runs[0]
+    run.require("tours")
+    folder = run.folder("tours")
+    tours = sorted(run.tours, key=_tour_order)
+    houses, episodes, rows = [], [], []
+    for t in tours:
+        f = folder / f"{file_component(t)}.json"
+        if not f.exists():
+            raise CompareError(f"{f}: missing; the per-tour file holds the tour's episodes in order (rerun `ivln-ce eval`)")
+        rec = _load(f, run.results)
+        eps = rec.get("episodes") if isinstance(rec, dict) else None
+        scan = rec.get("scan") if isinstance(rec, dict) else None
+        if not isinstance(eps, dict) or not eps:
+            raise CompareError(f"{f}: field 'episodes' must map episode ids to metrics, in tour order")
+        if not isinstance(scan, str) or not scan:
+            raise CompareError(f"{f}: field 'scan' must name the tour's house, got {scan!r}")
+        row = []
+        for e, m in eps.items():
+            v = m.get(key) if isinstance(m, dict) else None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise CompareError(f"{f}: episode {e!r}, field {key!r}: expected a number, got {v!r}")
+            row.append(100.0 * float(v))
+        houses.append(scan)
+        episodes.append(tuple(eps))
+        rows.append(row)
+    width = max(len(r) for r in rows)
+    values = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        values[i, : len(r)] = r
+    return PositionTable(Path(results), run.label, split, metric, tuple(tours), tuple(houses), tuple(episodes), values)
+
+
+def by_position(a: PositionTable, b: PositionTable | None = None, width: int = 5, resamples: int = 10_000,
+                seed: int = 0, level: float = 0.95) -> list[PositionBin]:
+    """Bins of ``width`` positions. Paired with ``b``, both must list the same tours with the
+    same episodes in the same order (else a ``CompareError``); a tour counts in a bin when it
+    has at least one episode there."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    if b is not None:
+        if a.tours != b.tours:
+            raise CompareError(f"{a.results} and {b.results} evaluate different tours")
+        for t, ea, eb in zip(a.tours, a.episodes, b.episodes):
+            if ea != eb:
+                raise CompareError(f"{a.results} and {b.results}: tour {t!r} has other episodes or another order")
+        if a.metric != b.metric:
+            raise CompareError(f"cannot pair {a.metric} with {b.metric}")
+    out = []
+    tail = (1 - level) / 2
+    for lo in range(0, a.values.shape[1], width):
+        cols = slice(lo, lo + width)
+        with warnings.catch_warnings():  # a tour with no episode in the bin: NaN, left out below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ma = np.nanmean(a.values[:, cols], axis=1)
+            mb = None if b is None else np.nanmean(b.values[:, cols], axis=1)
+        keep = ~np.isnan(ma)
+        diff = ma if mb is None else ma - mb
+        houses = [h for h, k in zip(a.houses, keep) if k]
+        dist = hierarchical_bootstrap(diff[keep], [houses], resamples=resamples, rng=seed)
+        last = min(lo + width, a.values.shape[1])
+        out.append(PositionBin(lo + 1, last, int(keep.sum()), float(ma[keep].mean()),
+                               None if mb is None else float(mb[keep].mean()), float(diff[keep].mean()),
+                               float(np.quantile(dist, tail)), float(np.quantile(dist, 1 - tail))))
+    return out
+
+
+def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...]) -> str:
+    paired = bins[0].mean_b is not None
+    head = f"{'positions':>9} {'tours':>5} {names[0][:9]:>9}"
+    head += f" {names[1][:9]:>9} {'diff':>8}   interval" if paired else "   interval"
+    lines = [f"{metric} (x100) by position in the tour: mean over tours of each tour's mean"
+             + (f", {names[0]} - {names[1]} paired per tour" if paired else ""), head]
+    for x in bins:
+        span = f"{x.first}-{x.last}" if x.last > x.first else str(x.first)
+        row = f"{span:>9} {x.tours:>5} {x.mean_a:9.2f}"
+        row += f" {x.mean_b:9.2f} {x.mean:+8.2f}" if paired else ""
+        lines.append(row + f"   [{x.low:+.2f}, {x.high:+.2f}]")
+    return "\n".join(lines)
+
+
+def positions_json(bins: list[PositionBin], a: PositionTable, b: PositionTable | None, level: float,
+                   resamples: int) -> dict[str, Any]:
+    return {"metric": a.metric, "split": a.split, "level": level, "resamples": resamples,
+            "a": str(a.results), "b": None if b is None else str(b.results),
+            "bins": [x.__dict__ for x in bins]}

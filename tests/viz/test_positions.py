@@ -1,0 +1,88 @@
+"""Episode metrics by tour position (``ivln-ce viz positions``) on hand-made results folders:
+planted per-position values come back as the bin means, a house-dependent difference gives the
+interval worked out by hand, tours of unequal length count only where they reach, and tours
+whose episodes differ between the two runs are refused."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ivln_ce.cli import main
+from ivln_ce.viz.paired import CompareError
+from ivln_ce.viz.positions import by_position, read_positions
+
+HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
+
+
+def write_run(folder, label, ndtw):
+    """A results folder reduced to what the reader uses: the stats file, the tours file and
+    the per-tour files with their episodes in tour order. ``ndtw``: tour -> list by position."""
+    folder.mkdir(parents=True)
+    (folder / f"iterative_stats_ckpt_{label}_val_unseen.json").write_text(json.dumps({"split": "val_unseen", "label": label}))
+    (folder / f"tours_ckpt_{label}_val_unseen.json").write_text(json.dumps({t: {"tndtw": 0.5} for t in ndtw}))
+    (folder / f"tours_{label}_val_unseen").mkdir()
+    for t, vals in ndtw.items():
+        # episode ids that sort differently from the tour order: the reader must keep the file's order
+        eps = {f"e{t}_{9 - k}": {"ndtw": v, "success": 1.0} for k, v in enumerate(vals)}
+        (folder / f"tours_{label}_val_unseen" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": HOUSES[t], "episodes": eps}))
+    return folder
+
+
+# A: positions 1-2 score 0.5 everywhere; positions 3-4 score 0.9 in house_a, 0.7 in house_b. Tour 3 has 3 episodes.
+A = {t: [0.5, 0.5, 0.9, 0.9] for t in ("0", "1")} | {"2": [0.5, 0.5, 0.7, 0.7], "3": [0.5, 0.5, 0.7]}
+B = {t: [0.5, 0.5, 0.6, 0.6] for t in ("0", "1")} | {"2": [0.5, 0.5, 0.6, 0.6], "3": [0.5, 0.5, 0.6]}
+
+
+def test_planted_positions_come_back_with_hand_computed_intervals(tmp_path):
+    a = read_positions(write_run(tmp_path / "a", "11", A))
+    b = read_positions(write_run(tmp_path / "b", "11", B))
+    assert a.episodes[0] == ("e0_9", "e0_8", "e0_7", "e0_6")  # tour order, not sorted ids
+    assert np.isnan(a.values[3, 3]) and a.values[3, 2] == pytest.approx(70)
+    bins = by_position(a, b, width=2, resamples=4000, seed=0)
+    assert [(x.first, x.last, x.tours) for x in bins] == [(1, 2, 4), (3, 4, 4)]
+    first, second = bins
+    assert (first.mean_a, first.mean_b, first.mean, first.low, first.high) == pytest.approx((50, 50, 0, 0, 0))
+    # positions 3-4: +30 in both tours of house_a, +10 in both of house_b; resampling the two houses gives
+    # means 10, 20, 30 with probabilities 1/4, 1/2, 1/4, so the 95 % interval is [10, 30] around 20
+    assert (second.mean_a, second.mean_b, second.mean) == pytest.approx((80, 60, 20))
+    assert (second.low, second.high) == pytest.approx((10, 30))
+    # a single position per bin: position 4 is reached by three tours only
+    fourth = by_position(a, b, width=1, resamples=500)[3]
+    assert (fourth.first, fourth.last, fourth.tours) == (4, 4, 3) and fourth.mean_a == pytest.approx((90 + 90 + 70) / 3)
+    # one run alone: the interval is that of the mean
+    alone = by_position(a, width=4, resamples=4000)[0]
+    assert alone.mean_b is None and alone.mean == pytest.approx(np.mean([70, 70, 60, 170 / 3]))
+
+
+def test_runs_over_other_episodes_are_refused(tmp_path):
+    a = read_positions(write_run(tmp_path / "a", "11", A))
+    c = read_positions(write_run(tmp_path / "c", "11", {**B, "3": [0.5, 0.5, 0.6, 0.6]}))
+    with pytest.raises(CompareError, match="tour '3' has other episodes or another order"):
+        by_position(a, c)
+    bad = write_run(tmp_path / "bad", "11", A)
+    f = bad / "tours_11_val_unseen" / "2.json"
+    rec = json.loads(f.read_text())
+    rec["episodes"]["e2_8"]["ndtw"] = "high"
+    f.write_text(json.dumps(rec))
+    with pytest.raises(CompareError, match=r"2\.json: episode 'e2_8', field 'ndtw': expected a number"):
+        read_positions(bad)
+    with pytest.raises(CompareError, match="metric 'TL'"):
+        read_positions(bad, metric="TL")
+    (bad / "tours_11_val_unseen" / "1.json").unlink()
+    with pytest.raises(CompareError, match=r"1\.json: missing"):
+        read_positions(bad)
+
+
+def test_cli_prints_and_writes_the_bins(tmp_path, capsys):
+    a, b = write_run(tmp_path / "tour_cma", "11", A), write_run(tmp_path / "cma", "11", B)
+    out = tmp_path / "p.json"
+    assert main(["viz", "positions", str(a), str(b), "--width", "2", "--resamples", "4000", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "positions tours  tour_cma       cma     diff   interval" in text
+    assert "      3-4     4     80.00     60.00   +20.00   [+10.00, +30.00]" in text
+    js = json.loads(out.read_text())
+    assert js["metric"] == "nDTW" and js["bins"][1]["mean"] == pytest.approx(20) and js["b"] == str(b)
+    assert main(["viz", "positions", str(a), "--metric", "SR", "--width", "4"]) == 0
+    assert "      1-4     4    100.00   [+100.00, +100.00]" in capsys.readouterr().out
+    assert main(["viz", "positions", str(a), str(b), str(a)]) == 2
