@@ -578,19 +578,20 @@ def cmd_viz_curves(args: argparse.Namespace) -> int:
 def cmd_viz_positions(args: argparse.Namespace) -> int:
     from ivln_ce.data.jsonio import write_json
     from ivln_ce.viz.paired import display_names
-    from ivln_ce.viz.positions import by_position, format_positions, positions_json, read_positions
+    from ivln_ce.viz.positions import by_position, format_positions, positions_json, read_positions, trend
 
     if len(args.results) > 2:
         raise UsageError(f"one results folder, or two to pair (A B); got {len(args.results)}")
     tables = [read_positions(r, args.split, lab, args.metric) for r, lab in zip(args.results, (args.label_a, args.label_b))]
     b = tables[1] if len(tables) == 2 else None
-    bins = by_position(tables[0], b, width=args.width, resamples=args.resamples, seed=args.seed, level=args.level)
+    options = dict(width=args.width, resamples=args.resamples, seed=args.seed, level=args.level)
+    bins, change = by_position(tables[0], b, **options), trend(tables[0], b, **options)
     names, legend = display_names(tables)
     for line in legend:
         print(line)
-    print(format_positions(bins, args.metric, names))
+    print(format_positions(bins, args.metric, names, change))
     if args.out:
-        write_json(Path(args.out), positions_json(bins, tables[0], b, args.level, args.resamples), indent=2)
+        write_json(Path(args.out), positions_json(bins, tables[0], b, args.level, args.resamples, change), indent=2)
         print(f"wrote {args.out}")
     return 0
 

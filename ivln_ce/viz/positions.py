@@ -97,41 +97,84 @@ def read_positions(results: str | Path, split: str = "val_unseen", label: str | 
     return PositionTable(Path(results), run.label, split, metric, tuple(tours), tuple(houses), tuple(episodes), values)
 
 
+def _check_pair(a: PositionTable, b: PositionTable) -> None:
+    if a.tours != b.tours:
+        raise CompareError(f"{a.results} and {b.results} evaluate different tours")
+    for t, ea, eb in zip(a.tours, a.episodes, b.episodes):
+        if ea != eb:
+            raise CompareError(f"{a.results} and {b.results}: tour {t!r} has other episodes or another order")
+    if a.metric != b.metric:
+        raise CompareError(f"cannot pair {a.metric} with {b.metric}")
+
+
+def _bins(a: PositionTable, b: PositionTable | None, width: int):
+    """Per bin: (first, last, each tour's mean in A, in B or None, the value bootstrapped: A or A - B);
+    NaN for a tour with no episode in the bin."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    if b is not None:
+        _check_pair(a, b)
+    for lo in range(0, a.values.shape[1], width):
+        cols = slice(lo, lo + width)
+        with warnings.catch_warnings():  # a tour with no episode in the bin: NaN, left out by the callers
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ma = np.nanmean(a.values[:, cols], axis=1)
+            mb = None if b is None else np.nanmean(b.values[:, cols], axis=1)
+        yield lo + 1, min(lo + width, a.values.shape[1]), ma, mb, (ma if mb is None else ma - mb)
+
+
+def _interval(values: np.ndarray, houses: list[str], resamples: int, seed: int, level: float) -> tuple[float, float]:
+    dist = hierarchical_bootstrap(values, [houses], resamples=resamples, rng=seed)
+    tail = (1 - level) / 2
+    return float(np.quantile(dist, tail)), float(np.quantile(dist, 1 - tail))
+
+
 def by_position(a: PositionTable, b: PositionTable | None = None, width: int = 5, resamples: int = 10_000,
                 seed: int = 0, level: float = 0.95) -> list[PositionBin]:
     """Bins of ``width`` positions. Paired with ``b``, both must list the same tours with the
     same episodes in the same order (else a ``CompareError``); a tour counts in a bin when it
     has at least one episode there."""
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
-    if b is not None:
-        if a.tours != b.tours:
-            raise CompareError(f"{a.results} and {b.results} evaluate different tours")
-        for t, ea, eb in zip(a.tours, a.episodes, b.episodes):
-            if ea != eb:
-                raise CompareError(f"{a.results} and {b.results}: tour {t!r} has other episodes or another order")
-        if a.metric != b.metric:
-            raise CompareError(f"cannot pair {a.metric} with {b.metric}")
     out = []
-    tail = (1 - level) / 2
-    for lo in range(0, a.values.shape[1], width):
-        cols = slice(lo, lo + width)
-        with warnings.catch_warnings():  # a tour with no episode in the bin: NaN, left out below
-            warnings.simplefilter("ignore", RuntimeWarning)
-            ma = np.nanmean(a.values[:, cols], axis=1)
-            mb = None if b is None else np.nanmean(b.values[:, cols], axis=1)
+    for first, last, ma, mb, value in _bins(a, b, width):
         keep = ~np.isnan(ma)
-        diff = ma if mb is None else ma - mb
         houses = [h for h, k in zip(a.houses, keep) if k]
-        dist = hierarchical_bootstrap(diff[keep], [houses], resamples=resamples, rng=seed)
-        last = min(lo + width, a.values.shape[1])
-        out.append(PositionBin(lo + 1, last, int(keep.sum()), float(ma[keep].mean()),
-                               None if mb is None else float(mb[keep].mean()), float(diff[keep].mean()),
-                               float(np.quantile(dist, tail)), float(np.quantile(dist, 1 - tail))))
+        low, high = _interval(value[keep], houses, resamples, seed, level)
+        out.append(PositionBin(first, last, int(keep.sum()), float(ma[keep].mean()),
+                               None if mb is None else float(mb[keep].mean()), float(value[keep].mean()), low, high))
     return out
 
 
-def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...]) -> str:
+@dataclass(frozen=True)
+class Trend:
+    """The last bin minus the first, tour by tour (of A, or of A - B when paired), over the
+    ``tours`` that reach both: whether a run gains along the tour, or gains on the other run."""
+
+    first: str
+    last: str
+    tours: int
+    mean: float
+    low: float
+    high: float
+
+
+def trend(a: PositionTable, b: PositionTable | None = None, width: int = 5, resamples: int = 10_000,
+          seed: int = 0, level: float = 0.95) -> Trend | None:
+    """``Trend`` of the first and last bins of ``width`` positions (None with a single bin)."""
+    bins = list(_bins(a, b, width))
+    if len(bins) < 2:
+        return None
+    (f0, f1, _, _, early), (l0, l1, _, _, late) = bins[0], bins[-1]
+    value = late - early
+    keep = ~np.isnan(value)
+    if not keep.any():
+        return None
+    houses = [h for h, k in zip(a.houses, keep) if k]
+    low, high = _interval(value[keep], houses, resamples, seed, level)
+    span = lambda x, y: f"{x}-{y}" if y > x else str(x)  # noqa: E731
+    return Trend(span(f0, f1), span(l0, l1), int(keep.sum()), float(value[keep].mean()), low, high)
+
+
+def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...], change: Trend | None = None) -> str:
     paired = bins[0].mean_b is not None
     head = f"{'positions':>9} {'tours':>5} {names[0][:9]:>9}"
     head += f" {names[1][:9]:>9} {'diff':>8}   interval" if paired else "   interval"
@@ -142,11 +185,15 @@ def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...
         row = f"{span:>9} {x.tours:>5} {x.mean_a:9.2f}"
         row += f" {x.mean_b:9.2f} {x.mean:+8.2f}" if paired else ""
         lines.append(row + f"   [{x.low:+.2f}, {x.high:+.2f}]")
+    if change is not None:
+        what = f"{names[0]} - {names[1]}" if paired else names[0]
+        lines.append(f"positions {change.last} minus {change.first} of {what}, per tour ({change.tours} tours): "
+                     f"{change.mean:+.2f} [{change.low:+.2f}, {change.high:+.2f}]")
     return "\n".join(lines)
 
 
 def positions_json(bins: list[PositionBin], a: PositionTable, b: PositionTable | None, level: float,
-                   resamples: int) -> dict[str, Any]:
+                   resamples: int, change: Trend | None = None) -> dict[str, Any]:
     return {"metric": a.metric, "split": a.split, "level": level, "resamples": resamples,
             "a": str(a.results), "b": None if b is None else str(b.results),
-            "bins": [x.__dict__ for x in bins]}
+            "bins": [x.__dict__ for x in bins], "trend": None if change is None else change.__dict__}

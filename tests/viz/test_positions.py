@@ -10,7 +10,7 @@ import pytest
 
 from ivln_ce.cli import main
 from ivln_ce.viz.paired import CompareError
-from ivln_ce.viz.positions import by_position, read_positions
+from ivln_ce.viz.positions import by_position, read_positions, trend
 
 HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
 
@@ -50,6 +50,16 @@ def test_planted_positions_come_back_with_hand_computed_intervals(tmp_path):
     # a single position per bin: position 4 is reached by three tours only
     fourth = by_position(a, b, width=1, resamples=500)[3]
     assert (fourth.first, fourth.last, fourth.tours) == (4, 4, 3) and fourth.mean_a == pytest.approx((90 + 90 + 70) / 3)
+    # the trend, last bin minus first per tour: of A - B it is the 3-4 difference again (1-2 is 0);
+    # of A alone +40 in house_a and +20 in house_b, so [20, 40] around 30; one bin has none
+    paired = trend(a, b, width=2, resamples=4000)
+    assert (paired.first, paired.last, paired.tours) == ("1-2", "3-4", 4)
+    assert (paired.mean, paired.low, paired.high) == pytest.approx((20, 10, 30))
+    single = trend(a, width=2, resamples=4000)
+    assert (single.mean, single.low, single.high) == pytest.approx((30, 20, 40))
+    assert trend(a, b, width=4) is None
+    # position 4 against position 1: tour 3 does not reach 4 and is left out
+    assert trend(a, b, width=1, resamples=500).tours == 3
     # one run alone: the interval is that of the mean
     alone = by_position(a, width=4, resamples=4000)[0]
     assert alone.mean_b is None and alone.mean == pytest.approx(np.mean([70, 70, 60, 170 / 3]))
@@ -81,8 +91,9 @@ def test_cli_prints_and_writes_the_bins(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "positions tours  tour_cma       cma     diff   interval" in text
     assert "      3-4     4     80.00     60.00   +20.00   [+10.00, +30.00]" in text
+    assert "positions 3-4 minus 1-2 of tour_cma - cma, per tour (4 tours): +20.00 [+10.00, +30.00]" in text
     js = json.loads(out.read_text())
-    assert js["metric"] == "nDTW" and js["bins"][1]["mean"] == pytest.approx(20) and js["b"] == str(b)
+    assert js["trend"]["mean"] == pytest.approx(20) and js["metric"] == "nDTW" and js["bins"][1]["mean"] == pytest.approx(20) and js["b"] == str(b)
     assert main(["viz", "positions", str(a), "--metric", "SR", "--width", "4"]) == 0
     assert "      1-4     4    100.00   [+100.00, +100.00]" in capsys.readouterr().out
     assert main(["viz", "positions", str(a), str(b), str(a)]) == 2
