@@ -154,6 +154,7 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     state = load_resume(out, fingerprint, model, opt) if (out / RESUME_FILE).exists() else None
     resumed = state is not None
     state = state or RunState()
+    state.start_clock()
     writer = None
     if rank == 0:
         from torch.utils.tensorboard import SummaryWriter

@@ -89,6 +89,17 @@ class RunState:
     done: bool = False
     checkpoints: list[str] = field(default_factory=list)
     pending_eval: int | None = None  # a checkpoint whose in-training evaluation has not finished (train.eval_splits)
+    seconds: float = 0.0  # wall seconds of every start of the run, up to its last resume point
+
+    def start_clock(self) -> None:
+        """Count this start's wall time on top of ``seconds`` (a plain attribute, never saved), so
+        a resumed run still reports its whole training time."""
+        self._since = time.perf_counter() - self.seconds
+
+    def elapsed(self) -> float:
+        """Wall seconds of every start so far (``seconds`` when the clock was not started)."""
+        since = getattr(self, "_since", None)
+        return self.seconds if since is None else time.perf_counter() - since
 
 
 @dataclass
@@ -195,6 +206,7 @@ def save_resume(out: Path, fingerprint: str, state: RunState, policy, opt, write
     what comes after this point (the resumed writer purges from ``state.step + 1`` on)."""
     if writer is not None:
         writer.flush()
+    state.seconds = state.elapsed()
     atomic_torch_save({"fingerprint": fingerprint, "state": asdict(state), "policy": policy.state_dict(),
                        "optim": opt.state_dict(), "rng": {"torch": torch.get_rng_state()}}, out / RESUME_FILE)
 
@@ -240,6 +252,7 @@ def _bad_state_fields(state: dict) -> list[str]:
               "done": lambda v: isinstance(v, bool), "store": cursor, "replayed": cursor,
               "checkpoints": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
               "pending_eval": lambda v: v is None or count(v),
+              "seconds": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
               "lane_states": lambda v: v is None or (isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point())}
     return sorted(k for k, check in checks.items() if k in state and not check(state[k]))
 
@@ -409,7 +422,7 @@ class RunStart:
         return {"policy": cfg.policy.name.value, "rounds": state.round, "optimizer_steps": state.step,
                 "episodes_collected": state.episodes_collected, "steps_collected": state.steps_collected,
                 "checkpoints": state.checkpoints, "stopped_by_max_steps": bool(stopped), "resumed": resumed,
-                "seconds_this_run": round(seconds, 1), "fingerprint": self.fingerprint, "world_size": self.world,
+                "seconds_this_run": round(seconds, 1), "seconds_total": round(state.elapsed(), 1), "fingerprint": self.fingerprint, "world_size": self.world,
                 "load_reports": [str(r) for r in self.reports]}
 
 
@@ -451,6 +464,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         run_folder.write_marker(out, fingerprint)  # a run folder from before the marker, proved by its resume state
     resumed = state is not None
     state = state or RunState()
+    state.start_clock()
     store_dir = out / "store"
     replay_dir = out / "replay"  # observations re-rendered from an actions-only store
     if resumed:

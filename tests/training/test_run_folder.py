@@ -117,8 +117,13 @@ def test_resume_states_of_another_version_and_failed_saves_are_named_errors(tmp_
 
     policy = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(policy.parameters())
-    save_resume(tmp_path, "fp", RunState(step=3), policy, opt)
-    assert load_resume(tmp_path, "fp", policy, opt).step == 3
+    save_resume(tmp_path, "fp", RunState(step=3, seconds=12.5), policy, opt)
+    state = load_resume(tmp_path, "fp", policy, opt)
+    assert (state.step, state.seconds) == (3, 12.5)  # no clock started: the saved seconds stay
+    saved = torch.load(tmp_path / "resume.pt", weights_only=False)
+    del saved["state"]["seconds"]  # a resume state written before the field existed
+    torch.save(saved, tmp_path / "resume.pt")
+    assert load_resume(tmp_path, "fp", policy, opt).seconds == 0.0
     saved = torch.load(tmp_path / "resume.pt", weights_only=False)
     saved["state"]["future_field"] = 1
     torch.save(saved, tmp_path / "resume.pt")
@@ -141,8 +146,10 @@ def test_resume_states_of_another_version_and_failed_saves_are_named_errors(tmp_
     lambda s: s.update(state=[1, 2]), lambda s: s["policy"].update(weight=torch.zeros(3, 3)),
     lambda s: s["rng"].update(torch=torch.zeros(3)), lambda s: s.update(rng={}),
     lambda s: s["optim"].update(param_groups="x"), lambda s: s["state"].update(pending_eval=True),
+    lambda s: s["state"].update(seconds=-1.0), lambda s: s["state"].update(seconds=float("nan")),
 ], ids=["round-str", "step-negative", "collected-int", "cursor-str", "checkpoints-int", "lane-states-long", "no-optim",
-        "state-list", "policy-shape", "rng-shape", "rng-empty", "optim-groups-str", "pending-eval-bool"])
+        "state-list", "policy-shape", "rng-shape", "rng-empty", "optim-groups-str", "pending-eval-bool",
+        "seconds-negative", "seconds-nan"])
 def test_damaged_resume_states_are_named_errors(tmp_path, mutate):
     from ivln_ce.training.trainer import RunState, load_resume, save_resume
 

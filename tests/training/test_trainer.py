@@ -383,8 +383,17 @@ def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_
         train(load_config(None, args(tmp_path / "cut")), show_progress=False)
     monkeypatch.setattr(trainer, "save_resume", real_save)
     assert [p.name for p in (tmp_path / "cut").glob("ckpt.*.pth")] == ["ckpt.0.pth"]
+    first_start = read_checkpoint(tmp_path / "cut" / "resume.pt")["state"]["seconds"]
+    assert first_start > 0
     resumed = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
     assert resumed["resumed"] is True and resumed["optimizer_steps"] == 3 and resumed["episodes_collected"] == 2
+    # the whole training time: the first start's up to its resume point, then this one's
+    assert resumed["seconds_total"] >= round(first_start + resumed["seconds_this_run"], 1) - 0.2
+    assert full["seconds_total"] >= full["seconds_this_run"] > 0
+    # starting a finished run again trains nothing and keeps its total
+    again = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    assert again["optimizer_steps"] == 3 and again["seconds_total"] >= resumed["seconds_total"]
+    assert again["seconds_total"] - resumed["seconds_total"] <= again["seconds_this_run"] + 0.2
     a, names_a = _final_weights(tmp_path / "full")
     b, names_b = _final_weights(tmp_path / "cut")
     assert names_a == names_b == ["ckpt.0.pth", "ckpt.1.pth", "ckpt.2.pth"]
