@@ -422,7 +422,8 @@ class RunStart:
         return {"policy": cfg.policy.name.value, "rounds": state.round, "optimizer_steps": state.step,
                 "episodes_collected": state.episodes_collected, "steps_collected": state.steps_collected,
                 "checkpoints": state.checkpoints, "stopped_by_max_steps": bool(stopped), "resumed": resumed,
-                "seconds_this_run": round(seconds, 1), "seconds_total": round(state.elapsed(), 1), "fingerprint": self.fingerprint, "world_size": self.world,
+                "seconds_this_run": round(seconds, 1), "seconds_total": round(state.elapsed(), 1),
+                "fingerprint": self.fingerprint, "world_size": self.world,
                 "load_reports": [str(r) for r in self.reports]}
 
 
