@@ -83,6 +83,8 @@ def read_positions(results: str | Path, split: str = "val_unseen", label: str | 
             raise CompareError(f"{f}: field 'scan' must name the tour's house, got {scan!r}")
         row = []
         for e, m in eps.items():
+            if isinstance(m, dict) and key not in m:
+                raise CompareError(f"{f}: episode {e!r}: field {key!r} missing (choose a metric the run records)")
             v = m.get(key) if isinstance(m, dict) else None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise CompareError(f"{f}: episode {e!r}, field {key!r}: expected a number, got {v!r}")
@@ -99,10 +101,17 @@ def read_positions(results: str | Path, split: str = "val_unseen", label: str | 
 
 def _check_pair(a: PositionTable, b: PositionTable) -> None:
     if a.tours != b.tours:
-        raise CompareError(f"{a.results} and {b.results} evaluate different tours")
-    for t, ea, eb in zip(a.tours, a.episodes, b.episodes):
+        only_a = sorted(set(a.tours) - set(b.tours), key=_tour_order)
+        only_b = sorted(set(b.tours) - set(a.tours), key=_tour_order)
+        raise CompareError(f"{a.results} and {b.results} evaluate different tours (only in the first: {only_a[:10]}"
+                           f"{' ...' if len(only_a) > 10 else ''}; only in the second: {only_b[:10]}"
+                           f"{' ...' if len(only_b) > 10 else ''})")
+    for t, ea, eb, ha, hb in zip(a.tours, a.episodes, b.episodes, a.houses, b.houses):
         if ea != eb:
             raise CompareError(f"{a.results} and {b.results}: tour {t!r} has other episodes or another order")
+        if ha != hb:  # the bootstrap resamples A's houses: both runs must put the tour in the same one
+            raise CompareError(f"{a.results} and {b.results}, field 'scan': tour {t!r} is in house {ha!r}, but in {hb!r} "
+                               "in the second: the evaluations used different tour files")
     if a.metric != b.metric:
         raise CompareError(f"cannot pair {a.metric} with {b.metric}")
 
@@ -124,6 +133,8 @@ def _bins(a: PositionTable, b: PositionTable | None, width: int):
 
 
 def _interval(values: np.ndarray, houses: list[str], resamples: int, seed: int, level: float) -> tuple[float, float]:
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
     dist = hierarchical_bootstrap(values, [houses], resamples=resamples, rng=seed)
     tail = (1 - level) / 2
     return float(np.quantile(dist, tail)), float(np.quantile(dist, 1 - tail))

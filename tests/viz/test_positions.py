@@ -15,7 +15,7 @@ from ivln_ce.viz.positions import by_position, read_positions, trend
 HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
 
 
-def write_run(folder, label, ndtw):
+def write_run(folder, label, ndtw, houses=HOUSES):
     """A results folder reduced to what the reader uses: the stats file, the tours file and
     the per-tour files with their episodes in tour order. ``ndtw``: tour -> list by position."""
     folder.mkdir(parents=True)
@@ -25,7 +25,7 @@ def write_run(folder, label, ndtw):
     for t, vals in ndtw.items():
         # episode ids that sort differently from the tour order: the reader must keep the file's order
         eps = {f"e{t}_{9 - k}": {"ndtw": v, "success": 1.0} for k, v in enumerate(vals)}
-        (folder / f"tours_{label}_val_unseen" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": HOUSES[t], "episodes": eps}))
+        (folder / f"tours_{label}_val_unseen" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": houses[t], "episodes": eps}))
     return folder
 
 
@@ -97,3 +97,40 @@ def test_cli_prints_and_writes_the_bins(tmp_path, capsys):
     assert main(["viz", "positions", str(a), "--metric", "SR", "--width", "4"]) == 0
     assert "      1-4     4    100.00   [+100.00, +100.00]" in capsys.readouterr().out
     assert main(["viz", "positions", str(a), str(b), str(a)]) == 2
+
+
+def test_the_interval_resamples_houses_then_tours(tmp_path):
+    """Houses of unequal size tell the hierarchical bootstrap from one over tours alone: house_a
+    holds one tour, house_b three, and tour 4 (house_c) stops after position 1. At position 2
+    house_a scores 50 and house_b 90. Drawing two of the houses a and b gives 50 (a, a; p 1/4),
+    (50 + 3 x 90) / 4 = 80 (a and b; p 1/2) or 90 (b, b; p 1/4), so the 95 % interval is
+    [50, 90]. Over tours alone all four draws would be house_a's tour with p 1/256 and three of
+    them with p 13/256 > 2.5 %, giving a lower end of (3 x 50 + 90) / 4 = 60."""
+    houses = {"0": "house_a", "1": "house_b", "2": "house_b", "3": "house_b", "4": "house_c"}
+    run = {"0": [0.5, 0.5]} | {t: [0.5, 0.9] for t in ("1", "2", "3")} | {"4": [0.5]}
+    a = read_positions(write_run(tmp_path / "a", "11", run, houses))
+    first, second = by_position(a, width=1, resamples=4000)
+    assert (first.tours, first.mean, first.low, first.high) == pytest.approx((5, 50, 50, 50))
+    assert (second.tours, second.mean) == (4, pytest.approx((50 + 3 * 90) / 4))
+    assert (second.low, second.high) == pytest.approx((50, 90))
+    # the trend, position 2 minus 1 per tour, leaves out tour 4 and its house: 0 in house_a, +40 in house_b
+    change = trend(a, width=1, resamples=4000)
+    assert (change.tours, change.mean, change.low, change.high) == pytest.approx((4, 30, 0, 40))
+
+
+def test_bad_pairs_and_options_are_named(tmp_path):
+    a = read_positions(write_run(tmp_path / "a", "11", A))
+    fewer = read_positions(write_run(tmp_path / "fewer", "11", {t: v for t, v in B.items() if t != "3"}))
+    with pytest.raises(CompareError, match=r"different tours \(only in the first: \['3'\]; only in the second: \[\]\)"):
+        by_position(a, fewer)
+    moved = read_positions(write_run(tmp_path / "moved", "11", B, HOUSES | {"1": "house_b"}))
+    with pytest.raises(CompareError, match=r"tour '1' is in house 'house_a', but in 'house_b'"):
+        by_position(a, moved)
+    for level in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match=r"level must lie in \(0, 1\)"):
+            by_position(a, width=2, level=level)
+    with pytest.raises(ValueError, match="width must be >= 1"):
+        trend(a, width=0)
+    # a hand-made folder without SDTW: the field is named as missing
+    with pytest.raises(CompareError, match=r"0\.json: episode 'e0_9': field 'sdtw' missing"):
+        read_positions(tmp_path / "a", metric="SDTW")
