@@ -83,12 +83,14 @@ def _number(x: Any, where: str) -> float:
     return float(x)
 
 
-def _tour_order(t: str) -> tuple[int, str]:
+def tour_order(t: str) -> tuple[int, str]:
+    """Sort key of tour ids: numeric ids by value, then any others by name."""
     return (int(t), t) if t.isdigit() else (1 << 62, t)
 
 
-def _load(path: Path, root: Path) -> Any:
-    """A results file, read within its folder (contained, regular, bounded: ``viz.files``)."""
+def load_result(path: Path, root: Path) -> Any:
+    """A results file, read within its folder (contained, regular, bounded: ``viz.files``);
+    a bad file is a ``CompareError`` naming it."""
     try:
         return read_results_json(path, root)
     except ResultsError:
@@ -102,7 +104,7 @@ def _house(run: Run, tour: str) -> str:
     if not f.exists():
         raise CompareError(f"{f}: missing; the per-tour file of tour {tour!r} says its house (field 'scan'), which the "
                            "hierarchical bootstrap resamples (written by `ivln-ce eval`; rerun it to restore the file)")
-    rec = _load(f, run.results)
+    rec = load_result(f, run.results)
     scan = rec.get("scan") if isinstance(rec, dict) else None
     if not isinstance(scan, str) or not scan:
         raise CompareError(f"{f}: field 'scan' must name the tour's house, got {scan!r}")
@@ -120,14 +122,14 @@ def read_tours(results: str | Path, split: str = "val_unseen", label: str | None
     run = runs[0]
     run.require("tours", "iterative_all_stats")
     f_tours, f_all = run.output("tours"), run.output("iterative_all_stats")
-    per_tour, per_episode = _load(f_tours, run.results), _load(f_all, run.results)
+    per_tour, per_episode = load_result(f_tours, run.results), load_result(f_all, run.results)
     for f, d in ((f_tours, per_tour), (f_all, per_episode)):
         if not isinstance(d, dict) or not d:
             raise CompareError(f"{f}: expected an object of tour id -> results with at least one tour")
     if set(per_tour) != set(per_episode):
-        only = sorted(set(per_tour) ^ set(per_episode), key=_tour_order)[:5]
+        only = sorted(set(per_tour) ^ set(per_episode), key=tour_order)[:5]
         raise TourSetMismatch(f"{f_tours} and {f_all} list different tours (e.g. {only}); the folder mixes two runs")
-    tours = tuple(sorted(per_tour, key=_tour_order))
+    tours = tuple(sorted(per_tour, key=tour_order))
     values: dict[str, list[float]] = {k: [] for k in (*METRICS, *TNDTW_KEYS)}
     optional = {name: _has_metric(per_episode, EPISODE_KEYS[name], f_all) for name in OPTIONAL}
     for t in tours:
@@ -207,8 +209,8 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
     if a.split != b.split:
         raise CompareError(f"{a.files['stats']} (split {a.split!r}) and {b.files['stats']} (split {b.split!r}): different splits")
     if set(a.tours) != set(b.tours):
-        only_a = sorted(set(a.tours) - set(b.tours), key=_tour_order)
-        only_b = sorted(set(b.tours) - set(a.tours), key=_tour_order)
+        only_a = sorted(set(a.tours) - set(b.tours), key=tour_order)
+        only_b = sorted(set(b.tours) - set(a.tours), key=tour_order)
         raise TourSetMismatch(f"{a.files['tours']} and {b.files['tours']}: the evaluations cover different tours of {a.split!r} "
                               f"(only in the first: {only_a[:10]}{' ...' if len(only_a) > 10 else ''}; only in the second: "
                               f"{only_b[:10]}{' ...' if len(only_b) > 10 else ''}); a paired comparison needs the same tours")

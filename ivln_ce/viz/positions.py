@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
-from ivln_ce.viz.paired import EPISODE_KEYS, CompareError, _load, _tour_order
+from ivln_ce.viz.paired import EPISODE_KEYS, CompareError, load_result, tour_order
 from ivln_ce.viz.runs import find_runs, file_component
 
 
@@ -68,13 +68,13 @@ def read_positions(results: str | Path, split: str = "val_unseen", label: str | 
     run = runs[0]
     run.require("tours")
     folder = run.folder("tours")
-    tours = sorted(run.tours, key=_tour_order)
+    tours = sorted(run.tours, key=tour_order)
     houses, episodes, rows = [], [], []
     for t in tours:
         f = folder / f"{file_component(t)}.json"
         if not f.exists():
             raise CompareError(f"{f}: missing; the per-tour file holds the tour's episodes in order (rerun `ivln-ce eval`)")
-        rec = _load(f, run.results)
+        rec = load_result(f, run.results)
         eps = rec.get("episodes") if isinstance(rec, dict) else None
         scan = rec.get("scan") if isinstance(rec, dict) else None
         if not isinstance(eps, dict) or not eps:
@@ -101,8 +101,8 @@ def read_positions(results: str | Path, split: str = "val_unseen", label: str | 
 
 def _check_pair(a: PositionTable, b: PositionTable) -> None:
     if a.tours != b.tours:
-        only_a = sorted(set(a.tours) - set(b.tours), key=_tour_order)
-        only_b = sorted(set(b.tours) - set(a.tours), key=_tour_order)
+        only_a = sorted(set(a.tours) - set(b.tours), key=tour_order)
+        only_b = sorted(set(b.tours) - set(a.tours), key=tour_order)
         raise CompareError(f"{a.results} and {b.results} evaluate different tours (only in the first: {only_a[:10]}"
                            f"{' ...' if len(only_a) > 10 else ''}; only in the second: {only_b[:10]}"
                            f"{' ...' if len(only_b) > 10 else ''})")
