@@ -578,20 +578,22 @@ def cmd_viz_curves(args: argparse.Namespace) -> int:
 def cmd_viz_positions(args: argparse.Namespace) -> int:
     from ivln_ce.data.jsonio import write_json
     from ivln_ce.viz.paired import display_names
-    from ivln_ce.viz.positions import by_position, format_positions, positions_json, read_positions, trend
+    from ivln_ce.viz.positions import by_position_seeds, format_positions, positions_json, read_positions, trend_seeds
 
-    if len(args.results) > 2:
-        raise UsageError(f"one results folder, or two to pair (A B); got {len(args.results)}")
-    tables = [read_positions(r, args.split, lab, args.metric) for r, lab in zip(args.results, (args.label_a, args.label_b))]
-    b = tables[1] if len(tables) == 2 else None
+    n = len(args.results)
+    if n > 1 and n % 2:
+        raise UsageError(f"one results folder, or pairs A B [A2 B2 ...] (one per training seed); got {n} folders")
+    labels = (args.label_a,) if n == 1 else (args.label_a, args.label_b) * (n // 2)
+    tables = [read_positions(r, args.split, lab, args.metric) for r, lab in zip(args.results, labels)]
+    pairs = [(tables[0], None)] if n == 1 else list(zip(tables[0::2], tables[1::2]))
     options = dict(width=args.width, resamples=args.resamples, seed=args.seed, level=args.level)
-    bins, change = by_position(tables[0], b, **options), trend(tables[0], b, **options)
-    names, legend = display_names(tables)
+    bins, change = by_position_seeds(pairs, **options), trend_seeds(pairs, **options)
+    names, legend = display_names(tables[:2])
     for line in legend:
         print(line)
     print(format_positions(bins, args.metric, names, change))
     if args.out:
-        write_json(Path(args.out), positions_json(bins, tables[0], b, args.level, args.resamples, change), indent=2)
+        write_json(Path(args.out), positions_json(bins, pairs, args.level, args.resamples, change), indent=2)
         print(f"wrote {args.out}")
     return 0
 
@@ -1014,10 +1016,11 @@ def build_parser() -> argparse.ArgumentParser:
     vc.set_defaults(func=cmd_viz_curves)
     vp = vsub.add_parser("positions", help="an episode metric by position in the tour (1-5, 6-10, ...), optionally paired "
                                            "against a second evaluation of the same tours, with hierarchical bootstrap intervals")
-    vp.add_argument("results", nargs="+", metavar="RESULTS", help="a results folder of `ivln-ce eval`, or two (A B: A - B)")
+    vp.add_argument("results", nargs="+", metavar="RESULTS",
+                    help="a results folder of `ivln-ce eval`, or pairs A B [A2 B2 ...] (A - B, one pair per training seed)")
     vp.add_argument("--split", default="val_unseen")
-    vp.add_argument("--label-a", default=None, help="the run label in A (when it holds several)")
-    vp.add_argument("--label-b", default=None, help="the run label in B (when it holds several)")
+    vp.add_argument("--label-a", default=None, help="the run label in the A folders (when they hold several)")
+    vp.add_argument("--label-b", default=None, help="the run label in the B folders (when they hold several)")
     vp.add_argument("--metric", default="nDTW", choices=["SR", "SPL", "nDTW", "SDTW", "CLS"])
     vp.add_argument("--width", type=int, default=5, help="positions per group (default 5)")
     vp.add_argument("--resamples", type=int, default=10_000)

@@ -7,6 +7,7 @@ are in tour order), groups the episodes by position (1-5, 6-10, ...), and gives 
 mean over tours of each tour's group mean, with a hierarchical bootstrap interval (houses, then
 tours: ``metrics/bootstrap.py``). With a second evaluation of the same tours it gives the paired
 difference A - B per group instead, so a memory model can be set against CMA position by position.
+With one such pair per training seed the bootstrap draws seeds first, as ``ivln-ce compare`` does.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -42,7 +43,8 @@ class PositionTable:
 @dataclass(frozen=True)
 class PositionBin:
     """Positions ``first``..``last`` (1-based): the mean over the ``tours`` that reach them of
-    each tour's mean there, for A and (paired) B, and the interval of A - B (of A alone without B)."""
+    each tour's mean there, for A and (paired) B, and the interval of A - B (of A alone without B).
+    Over several ``seeds`` a tour counts once per seed in the means; ``tours`` counts tour ids."""
 
     first: int
     last: int
@@ -52,6 +54,11 @@ class PositionBin:
     mean: float
     low: float
     high: float
+    seeds: int = 1
+
+
+#: one evaluation per training seed (A), or a pair of them (A, B) evaluating the same tours
+SeedPair = tuple[PositionTable, "PositionTable | None"]
 
 
 def read_positions(results: str | Path, split: str = "val_unseen", label: str | None = None,
@@ -116,26 +123,64 @@ def _check_pair(a: PositionTable, b: PositionTable) -> None:
         raise CompareError(f"cannot pair {a.metric} with {b.metric}")
 
 
-def _bins(a: PositionTable, b: PositionTable | None, width: int):
-    """Per bin: (first, last, each tour's mean in A, in B or None, the value bootstrapped: A or A - B);
-    NaN for a tour with no episode in the bin."""
+@dataclass(frozen=True)
+class _Units:
+    """The (seed, tour) units of every seed pair, in order: their bootstrap levels and tour ids."""
+
+    seeds: np.ndarray
+    houses: np.ndarray
+    tours: np.ndarray
+
+    def groups(self, keep: np.ndarray) -> list[np.ndarray]:
+        """Levels of the kept units, top first: seeds (when several), then houses."""
+        return ([self.seeds[keep]] if len(set(self.seeds.tolist())) > 1 else []) + [self.houses[keep]]
+
+    def count(self, keep: np.ndarray) -> tuple[int, int]:
+        """(distinct tours, seeds) among the kept units."""
+        return len(set(self.tours[keep].tolist())), len(set(self.seeds[keep].tolist()))
+
+
+def _units(pairs: Sequence[SeedPair]) -> _Units:
+    if not pairs:
+        raise ValueError("no evaluations")
+    paired = {b is not None for _, b in pairs}
+    if len(paired) > 1:
+        raise CompareError("either every seed has a pair (A, B) or none has: got a mix")
+    metrics = {t.metric for pair in pairs for t in pair if t is not None}
+    if len(metrics) > 1:
+        raise CompareError(f"cannot pool {' and '.join(sorted(metrics))}")
+    for a, b in pairs:
+        if b is not None:
+            _check_pair(a, b)
+    return _Units(np.concatenate([np.full(len(a.tours), i) for i, (a, _) in enumerate(pairs)]),
+                  np.array([h for a, _ in pairs for h in a.houses]),
+                  np.array([t for a, _ in pairs for t in a.tours]))
+
+
+def _bins(pairs: Sequence[SeedPair], width: int):
+    """Per bin: (first, last, each unit's mean in A, in B or None, the value bootstrapped: A or A - B);
+    NaN for a unit (a tour of one seed) with no episode in the bin."""
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
-    if b is not None:
-        _check_pair(a, b)
-    for lo in range(0, a.values.shape[1], width):
+    longest = max(a.values.shape[1] for a, _ in pairs)
+    for lo in range(0, longest, width):
         cols = slice(lo, lo + width)
         with warnings.catch_warnings():  # a tour with no episode in the bin: NaN, left out by the callers
             warnings.simplefilter("ignore", RuntimeWarning)
-            ma = np.nanmean(a.values[:, cols], axis=1)
-            mb = None if b is None else np.nanmean(b.values[:, cols], axis=1)
-        yield lo + 1, min(lo + width, a.values.shape[1]), ma, mb, (ma if mb is None else ma - mb)
+            ma = np.concatenate([_bin_mean(a, cols) for a, _ in pairs])
+            mb = None if pairs[0][1] is None else np.concatenate([_bin_mean(b, cols) for _, b in pairs])
+        yield lo + 1, min(lo + width, longest), ma, mb, (ma if mb is None else ma - mb)
 
 
-def _interval(values: np.ndarray, houses: list[str], resamples: int, seed: int, level: float) -> tuple[float, float]:
+def _bin_mean(t: PositionTable, cols: slice) -> np.ndarray:
+    part = t.values[:, cols]
+    return np.full(len(t.tours), np.nan) if part.shape[1] == 0 else np.nanmean(part, axis=1)
+
+
+def _interval(values: np.ndarray, groups: list[np.ndarray], resamples: int, seed: int, level: float) -> tuple[float, float]:
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
-    dist = hierarchical_bootstrap(values, [houses], resamples=resamples, rng=seed)
+    dist = hierarchical_bootstrap(values, groups, resamples=resamples, rng=seed)
     tail = (1 - level) / 2
     return float(np.quantile(dist, tail)), float(np.quantile(dist, 1 - tail))
 
@@ -145,13 +190,20 @@ def by_position(a: PositionTable, b: PositionTable | None = None, width: int = 5
     """Bins of ``width`` positions. Paired with ``b``, both must list the same tours with the
     same episodes in the same order (else a ``CompareError``); a tour counts in a bin when it
     has at least one episode there."""
-    out = []
-    for first, last, ma, mb, value in _bins(a, b, width):
+    return by_position_seeds([(a, b)], width, resamples, seed, level)
+
+
+def by_position_seeds(pairs: Sequence[SeedPair], width: int = 5, resamples: int = 10_000, seed: int = 0,
+                      level: float = 0.95) -> list[PositionBin]:
+    """``by_position`` over one evaluation, or pair, per training seed: the means pool every
+    seed's tours, and the interval draws seeds, then houses, then tours."""
+    units, out = _units(pairs), []
+    for first, last, ma, mb, value in _bins(pairs, width):
         keep = ~np.isnan(ma)
-        houses = [h for h, k in zip(a.houses, keep) if k]
-        low, high = _interval(value[keep], houses, resamples, seed, level)
-        out.append(PositionBin(first, last, int(keep.sum()), float(ma[keep].mean()),
-                               None if mb is None else float(mb[keep].mean()), float(value[keep].mean()), low, high))
+        low, high = _interval(value[keep], units.groups(keep), resamples, seed, level)
+        tours, seeds = units.count(keep)
+        out.append(PositionBin(first, last, tours, float(ma[keep].mean()), None if mb is None else float(mb[keep].mean()),
+                               float(value[keep].mean()), low, high, seeds))
     return out
 
 
@@ -166,12 +218,20 @@ class Trend:
     mean: float
     low: float
     high: float
+    seeds: int = 1
 
 
 def trend(a: PositionTable, b: PositionTable | None = None, width: int = 5, resamples: int = 10_000,
           seed: int = 0, level: float = 0.95) -> Trend | None:
     """``Trend`` of the first and last bins of ``width`` positions (None with a single bin)."""
-    bins = list(_bins(a, b, width))
+    return trend_seeds([(a, b)], width, resamples, seed, level)
+
+
+def trend_seeds(pairs: Sequence[SeedPair], width: int = 5, resamples: int = 10_000, seed: int = 0,
+                level: float = 0.95) -> Trend | None:
+    """``trend`` over one evaluation, or pair, per training seed (seeds, then houses, then tours)."""
+    units = _units(pairs)
+    bins = list(_bins(pairs, width))
     if len(bins) < 2:
         return None
     (f0, f1, _, _, early), (l0, l1, _, _, late) = bins[0], bins[-1]
@@ -179,18 +239,20 @@ def trend(a: PositionTable, b: PositionTable | None = None, width: int = 5, resa
     keep = ~np.isnan(value)
     if not keep.any():
         return None
-    houses = [h for h, k in zip(a.houses, keep) if k]
-    low, high = _interval(value[keep], houses, resamples, seed, level)
+    low, high = _interval(value[keep], units.groups(keep), resamples, seed, level)
     span = lambda x, y: f"{x}-{y}" if y > x else str(x)  # noqa: E731
-    return Trend(span(f0, f1), span(l0, l1), int(keep.sum()), float(value[keep].mean()), low, high)
+    tours, seeds = units.count(keep)
+    return Trend(span(f0, f1), span(l0, l1), tours, float(value[keep].mean()), low, high, seeds)
 
 
 def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...], change: Trend | None = None) -> str:
     paired = bins[0].mean_b is not None
     head = f"{'positions':>9} {'tours':>5} {names[0][:9]:>9}"
     head += f" {names[1][:9]:>9} {'diff':>8}   interval" if paired else "   interval"
+    seeds = bins[0].seeds
     lines = [f"{metric} (x100) by position in the tour: mean over tours of each tour's mean"
-             + (f", {names[0]} - {names[1]} paired per tour" if paired else ""), head]
+             + (f", {names[0]} - {names[1]} paired per tour" if paired else "")
+             + (f"; {seeds} training seeds pooled (interval: seeds, houses, tours)" if seeds > 1 else ""), head]
     for x in bins:
         span = f"{x.first}-{x.last}" if x.last > x.first else str(x.first)
         row = f"{span:>9} {x.tours:>5} {x.mean_a:9.2f}"
@@ -203,8 +265,10 @@ def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...
     return "\n".join(lines)
 
 
-def positions_json(bins: list[PositionBin], a: PositionTable, b: PositionTable | None, level: float,
+def positions_json(bins: list[PositionBin], pairs: Sequence[SeedPair], level: float,
                    resamples: int, change: Trend | None = None) -> dict[str, Any]:
+    a, b = pairs[0]
     return {"metric": a.metric, "split": a.split, "level": level, "resamples": resamples,
             "a": str(a.results), "b": None if b is None else str(b.results),
+            "seeds": [[str(x.results), None if y is None else str(y.results)] for x, y in pairs],
             "bins": [x.__dict__ for x in bins], "trend": None if change is None else change.__dict__}

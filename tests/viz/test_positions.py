@@ -10,7 +10,7 @@ import pytest
 
 from ivln_ce.cli import main
 from ivln_ce.viz.paired import CompareError
-from ivln_ce.viz.positions import by_position, read_positions, trend
+from ivln_ce.viz.positions import by_position, by_position_seeds, read_positions, trend, trend_seeds
 
 HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
 
@@ -134,3 +134,49 @@ def test_bad_pairs_and_options_are_named(tmp_path):
     # a hand-made folder without SDTW: the field is named as missing
     with pytest.raises(CompareError, match=r"0\.json: episode 'e0_9': field 'sdtw' missing"):
         read_positions(tmp_path / "a", metric="SDTW")
+
+
+def test_seed_pairs_draw_seeds_then_houses(tmp_path):
+    """Two training seeds, each a pair of evaluations of tours 0-3 (one per house). At position 2
+    every tour gains +10 in seed 0 and +30 in seed 1. Drawing seeds first gives 10, 20 or 30 with
+    probabilities 1/4, 1/2, 1/4: the interval is [10, 30]. A bootstrap that ignored the seeds (8
+    houses) would put the lower end near 13, and one that merged a house across seeds would give
+    [20, 20]."""
+    houses = {t: f"house_{t}" for t in "0123"}
+    base = {t: [0.5, 0.5] for t in "0123"}
+    s0a = read_positions(write_run(tmp_path / "s0a", "11", {t: [0.5, 0.6] for t in "0123"}, houses))
+    s0b = read_positions(write_run(tmp_path / "s0b", "11", base, houses))
+    s1a = read_positions(write_run(tmp_path / "s1a", "11", {t: [0.5, 0.8] for t in "0123"}, houses))
+    s1b = read_positions(write_run(tmp_path / "s1b", "11", base, houses))
+    pairs = [(s0a, s0b), (s1a, s1b)]
+    first, second = by_position_seeds(pairs, width=1, resamples=4000)
+    assert (first.tours, first.seeds, first.mean, first.low, first.high) == pytest.approx((4, 2, 0, 0, 0))
+    assert (second.tours, second.seeds, second.mean_a, second.mean_b) == pytest.approx((4, 2, 70, 50))
+    assert (second.mean, second.low, second.high) == pytest.approx((20, 10, 30))
+    change = trend_seeds(pairs, width=1, resamples=4000)
+    assert (change.tours, change.seeds, change.mean, change.low, change.high) == pytest.approx((4, 2, 20, 10, 30))
+    # one seed alone is the single-pair result
+    assert by_position_seeds(pairs[:1], width=1, resamples=500)[1] == by_position(s0a, s0b, width=1, resamples=500)[1]
+    # a seed whose tours stop at position 1 leaves position 2 to the other seed
+    short = {t: [0.5] for t in "0123"}
+    s2a = read_positions(write_run(tmp_path / "s2a", "11", short, houses))
+    s2b = read_positions(write_run(tmp_path / "s2b", "11", short, houses))
+    reach = by_position_seeds([(s0a, s0b), (s2a, s2b)], width=1, resamples=500)
+    assert [(x.tours, x.seeds) for x in reach] == [(4, 2), (4, 1)] and reach[1].mean == pytest.approx(10)
+    with pytest.raises(CompareError, match="every seed has a pair"):
+        by_position_seeds([(s0a, s0b), (s1a, None)])
+
+
+def test_cli_pairs_per_seed(tmp_path, capsys):
+    a0, b0 = write_run(tmp_path / "a0", "11", A), write_run(tmp_path / "b0", "11", B)
+    a1, b1 = write_run(tmp_path / "a1", "11", A), write_run(tmp_path / "b1", "11", B)
+    out = tmp_path / "p.json"
+    assert main(["viz", "positions", str(a0), str(b0), str(a1), str(b1), "--width", "2", "--resamples", "500",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 training seeds pooled" in text
+    rec = json.loads(out.read_text())
+    assert rec["seeds"] == [[str(a0), str(b0)], [str(a1), str(b1)]]
+    assert [(x["first"], x["tours"], x["seeds"]) for x in rec["bins"]] == [(1, 4, 2), (3, 4, 2)]
+    assert rec["bins"][1]["mean"] == pytest.approx(20)  # both seeds equal: the one-seed difference
+    assert main(["viz", "positions", str(a0), str(b0), str(a1)]) == 2
