@@ -117,23 +117,27 @@ def stop_by_length(runs: Sequence[RunRecords], bin_width: int = 1, resamples: in
 # --------------------------------------------------------------------------- (b) direction
 
 
+def _sector_groups(recs: Sequence[dict]):
+    """(target sector, condition, records) of direction probes, in figure order; empty groups skipped."""
+    for sector in SECTOR_NAMES:
+        for cond in CONDITIONS[DIRECTION]:
+            rs = [r for r in recs if r["condition"] == cond and r.get("target_sector") == sector]
+            if rs:
+                yield sector, cond, rs
+
+
 def direction_rows(runs: Sequence[RunRecords]) -> list[dict]:
     """Mean action probabilities and expected heading change per agent, target sector and condition."""
     rows = []
     for run in runs:
-        recs = _skill(run, DIRECTION)
-        for sector in SECTOR_NAMES:
-            for cond in CONDITIONS[DIRECTION]:
-                rs = [r for r in recs if r["condition"] == cond and r.get("target_sector") == sector]
-                if not rs:
-                    continue
-                p = np.array([r["distribution"] for r in rs], dtype=np.float64)
-                turn = run.turn_angle_deg * (p[:, TURN_LEFT] - p[:, TURN_RIGHT])
-                m = p.mean(axis=0)
-                rows.append({"agent": run.agent, "sector": sector, "condition": cond, "probes": len(rs),
-                             "p_stop": float(m[A_STOP]), "p_forward": float(m[MOVE_FORWARD]),
-                             "p_left": float(m[TURN_LEFT]), "p_right": float(m[TURN_RIGHT]),
-                             "expected_heading_change_deg": float(turn.mean())})
+        for sector, cond, rs in _sector_groups(_skill(run, DIRECTION)):
+            p = np.array([r["distribution"] for r in rs], dtype=np.float64)
+            turn = run.turn_angle_deg * (p[:, TURN_LEFT] - p[:, TURN_RIGHT])
+            m = p.mean(axis=0)
+            rows.append({"agent": run.agent, "sector": sector, "condition": cond, "probes": len(rs),
+                         "p_stop": float(m[A_STOP]), "p_forward": float(m[MOVE_FORWARD]),
+                         "p_left": float(m[TURN_LEFT]), "p_right": float(m[TURN_RIGHT]),
+                         "expected_heading_change_deg": float(turn.mean())})
     return rows
 
 
@@ -243,23 +247,18 @@ def direction_rollout_rows(runs: Sequence[RunRecords], bin_deg: float = HEADING_
     did not move left out): the fraction of probes per heading bin (non-empty bins only)."""
     rows = []
     for run in runs:
-        recs = _rollout(run, DIRECTION)
-        for sector in SECTOR_NAMES:
-            for cond in CONDITIONS[DIRECTION]:
-                rs = [r for r in recs if r["condition"] == cond and r.get("target_sector") == sector]
-                if not rs:
-                    continue
-                stop_rate = float(np.mean([bool(r["rollout"]["stopped"]) for r in rs]))
-                for measure, key in (("final_heading", "heading_change_deg"), ("displacement_heading", "displacement_heading_deg")):
-                    vals = [float(r["rollout"][key]) for r in rs if r["rollout"].get(key) is not None]
-                    counts: dict[float, int] = defaultdict(int)
-                    for v in vals:
-                        counts[heading_bin(v, bin_deg)] += 1
-                    for c in sorted(counts):
-                        rows.append({"agent": run.agent, "sector": sector, "condition": cond, "measure": measure,
-                                     "centre_deg": c, "lo_deg": c - bin_deg / 2, "hi_deg": c + bin_deg / 2,
-                                     "fraction": counts[c] / len(vals), "probes": len(rs), "measured": len(vals),
-                                     "stop_rate": stop_rate})
+        for sector, cond, rs in _sector_groups(_rollout(run, DIRECTION)):
+            stop_rate = float(np.mean([bool(r["rollout"]["stopped"]) for r in rs]))
+            for measure, key in (("final_heading", "heading_change_deg"), ("displacement_heading", "displacement_heading_deg")):
+                vals = [float(r["rollout"][key]) for r in rs if r["rollout"].get(key) is not None]
+                counts: dict[float, int] = defaultdict(int)
+                for v in vals:
+                    counts[heading_bin(v, bin_deg)] += 1
+                for c in sorted(counts):
+                    rows.append({"agent": run.agent, "sector": sector, "condition": cond, "measure": measure,
+                                 "centre_deg": c, "lo_deg": c - bin_deg / 2, "hi_deg": c + bin_deg / 2,
+                                 "fraction": counts[c] / len(vals), "probes": len(rs), "measured": len(vals),
+                                 "stop_rate": stop_rate})
     return rows
 
 
