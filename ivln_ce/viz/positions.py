@@ -249,7 +249,9 @@ def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...
     paired = bins[0].mean_b is not None
     head = f"{'positions':>9} {'tours':>5} {names[0][:9]:>9}"
     head += f" {names[1][:9]:>9} {'diff':>8}   interval" if paired else "   interval"
-    seeds = bins[0].seeds
+    seeds = bins[0].seeds  # every seed's tours reach position 1
+    # ``tours`` counts tour ids, the same whichever seeds reach a group: name the groups fewer seeds reach
+    fewer = lambda k: f"   ({k} of {seeds} seeds)" if k < seeds else ""  # noqa: E731
     lines = [f"{metric} (x100) by position in the tour: mean over tours of each tour's mean"
              + (f", {names[0]} - {names[1]} paired per tour" if paired else "")
              + (f"; {seeds} training seeds pooled (interval: seeds, houses, tours)" if seeds > 1 else ""), head]
@@ -257,11 +259,11 @@ def format_positions(bins: list[PositionBin], metric: str, names: tuple[str, ...
         span = f"{x.first}-{x.last}" if x.last > x.first else str(x.first)
         row = f"{span:>9} {x.tours:>5} {x.mean_a:9.2f}"
         row += f" {x.mean_b:9.2f} {x.mean:+8.2f}" if paired else ""
-        lines.append(row + f"   [{x.low:+.2f}, {x.high:+.2f}]")
+        lines.append(row + f"   [{x.low:+.2f}, {x.high:+.2f}]" + fewer(x.seeds))
     if change is not None:
         what = f"{names[0]} - {names[1]}" if paired else names[0]
         lines.append(f"positions {change.last} minus {change.first} of {what}, per tour ({change.tours} tours): "
-                     f"{change.mean:+.2f} [{change.low:+.2f}, {change.high:+.2f}]")
+                     f"{change.mean:+.2f} [{change.low:+.2f}, {change.high:+.2f}]" + fewer(change.seeds))
     return "\n".join(lines)
 
 

@@ -139,9 +139,9 @@ def test_bad_pairs_and_options_are_named(tmp_path):
 def test_seed_pairs_draw_seeds_then_houses(tmp_path):
     """Two training seeds, each a pair of evaluations of tours 0-3 (one per house). At position 2
     every tour gains +10 in seed 0 and +30 in seed 1. Drawing seeds first gives 10, 20 or 30 with
-    probabilities 1/4, 1/2, 1/4: the interval is [10, 30]. A bootstrap that ignored the seeds (8
-    houses) would put the lower end near 13, and one that merged a house across seeds would give
-    [20, 20]."""
+    probabilities 1/4, 1/2, 1/4: the interval is [10, 30]. A bootstrap that ignored the seeds (houses
+    apart or merged across seeds) would give [12.5, 27.5], and one that merged a tour across seeds
+    (its mean over seeds) would give [20, 20]."""
     houses = {t: f"house_{t}" for t in "0123"}
     base = {t: [0.5, 0.5] for t in "0123"}
     s0a = read_positions(write_run(tmp_path / "s0a", "11", {t: [0.5, 0.6] for t in "0123"}, houses))
@@ -180,3 +180,25 @@ def test_cli_pairs_per_seed(tmp_path, capsys):
     assert [(x["first"], x["tours"], x["seeds"]) for x in rec["bins"]] == [(1, 4, 2), (3, 4, 2)]
     assert rec["bins"][1]["mean"] == pytest.approx(20)  # both seeds equal: the one-seed difference
     assert main(["viz", "positions", str(a0), str(b0), str(a1)]) == 2
+
+
+def test_cli_names_bins_that_fewer_seeds_reach(tmp_path, capsys):
+    """A seed whose tours stop early leaves the later groups to the other seeds; the tours column
+    counts tour ids, so it cannot show that: the printed row and the trend line must say how many
+    seeds remain. Seed 0 (folders a0 b0) is the shorter one and comes first, so groups must run to
+    the longest seed's end, not the first seed's."""
+    short_a = {t: v[:2] for t, v in A.items()}
+    short_b = {t: v[:2] for t, v in B.items()}
+    a0, b0 = write_run(tmp_path / "a0", "11", short_a), write_run(tmp_path / "b0", "11", short_b)
+    a1, b1 = write_run(tmp_path / "a1", "11", A), write_run(tmp_path / "b1", "11", B)
+    out = tmp_path / "p.json"
+    assert main(["viz", "positions", str(a0), str(b0), str(a1), str(b1), "--width", "2", "--resamples", "500",
+                 "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [x for x in lines if x.lstrip().startswith(("1-2 ", "3-4 "))]
+    assert len(rows) == 2 and "seeds" not in rows[0]  # every seed reaches 1-2
+    assert rows[1].lstrip().startswith("3-4     4") and rows[1].endswith("(1 of 2 seeds)")
+    assert any(x.startswith("positions 3-4 minus 1-2") and x.endswith("(1 of 2 seeds)") for x in lines)
+    rec = json.loads(out.read_text())
+    assert [(x["first"], x["last"], x["tours"], x["seeds"]) for x in rec["bins"]] == [(1, 2, 4, 2), (3, 4, 4, 1)]
+    assert rec["bins"][1]["mean"] == pytest.approx(20) and rec["trend"]["seeds"] == 1
