@@ -581,11 +581,14 @@ def cmd_viz_positions(args: argparse.Namespace) -> int:
     from ivln_ce.viz.positions import by_position_seeds, format_positions, positions_json, read_positions, trend_seeds
 
     n = len(args.results)
-    if n > 1 and n % 2:
-        raise UsageError(f"one results folder, or pairs A B [A2 B2 ...] (one per training seed); got {n} folders")
-    labels = (args.label_a,) if n == 1 else (args.label_a, args.label_b) * (n // 2)
+    alone = args.alone or n == 1
+    if not alone and n % 2:
+        raise UsageError(f"one results folder, or pairs A B [A2 B2 ...] (one per training seed), or --alone; got {n} folders")
+    if alone and args.label_b is not None:
+        raise UsageError("--label-b names the run in B folders; there are none without pairs")
+    labels = (args.label_a,) * n if alone else (args.label_a, args.label_b) * (n // 2)
     tables = [read_positions(r, args.split, lab, args.metric) for r, lab in zip(args.results, labels)]
-    pairs = [(tables[0], None)] if n == 1 else list(zip(tables[0::2], tables[1::2]))
+    pairs = [(t, None) for t in tables] if alone else list(zip(tables[0::2], tables[1::2]))
     options = dict(width=args.width, resamples=args.resamples, seed=args.seed, level=args.level)
     bins, change = by_position_seeds(pairs, **options), trend_seeds(pairs, **options)
     names, legend = display_names(tables[:2])
@@ -1019,6 +1022,8 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("results", nargs="+", metavar="RESULTS",
                     help="a results folder of `ivln-ce eval`, or pairs A B [A2 B2 ...] (A - B, one pair per training seed)")
     vp.add_argument("--split", default="val_unseen")
+    vp.add_argument("--alone", action="store_true",
+                    help="every folder is one run's evaluation for one training seed: pool them, unpaired")
     vp.add_argument("--label-a", default=None, help="the run label in the A folders (when they hold several)")
     vp.add_argument("--label-b", default=None, help="the run label in the B folders (when they hold several)")
     vp.add_argument("--metric", default="nDTW", choices=["SR", "SPL", "nDTW", "SDTW", "CLS"])

@@ -155,8 +155,9 @@ def test_seed_pairs_draw_seeds_then_houses(tmp_path):
     assert (second.mean, second.low, second.high) == pytest.approx((20, 10, 30))
     change = trend_seeds(pairs, width=1, resamples=4000)
     assert (change.tours, change.seeds, change.mean, change.low, change.high) == pytest.approx((4, 2, 20, 10, 30))
-    # one seed alone is the single-pair result
-    assert by_position_seeds(pairs[:1], width=1, resamples=500)[1] == by_position(s0a, s0b, width=1, resamples=500)[1]
+    # seed 0 on its own: +10 in every tour, so the interval is the point
+    alone = by_position_seeds(pairs[:1], width=1, resamples=500)[1]
+    assert (alone.seeds, alone.mean, alone.low, alone.high) == pytest.approx((1, 10, 10, 10))
     # a seed whose tours stop at position 1 leaves position 2 to the other seed
     short = {t: [0.5] for t in "0123"}
     s2a = read_positions(write_run(tmp_path / "s2a", "11", short, houses))
@@ -180,6 +181,16 @@ def test_cli_pairs_per_seed(tmp_path, capsys):
     assert [(x["first"], x["tours"], x["seeds"]) for x in rec["bins"]] == [(1, 4, 2), (3, 4, 2)]
     assert rec["bins"][1]["mean"] == pytest.approx(20)  # both seeds equal: the one-seed difference
     assert main(["viz", "positions", str(a0), str(b0), str(a1)]) == 2
+    # --alone pools one run per seed unpaired: A's 3-4 group is 80 in both seeds, and B's 60
+    capsys.readouterr()
+    assert main(["viz", "positions", str(a0), str(a1), "--alone", "--width", "2", "--resamples", "500", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["seeds"] == [[str(a0), None], [str(a1), None]] and rec["b"] is None
+    assert [(x["seeds"], x["mean_b"]) for x in rec["bins"]] == [(2, None), (2, None)]
+    assert rec["bins"][1]["mean"] == pytest.approx(80)
+    assert main(["viz", "positions", str(b0), str(b1), str(b0), "--alone", "--width", "2", "--resamples", "500"]) == 0
+    assert "   60.00   [" in capsys.readouterr().out
+    assert main(["viz", "positions", str(a0), "--label-b", "11"]) == 2
 
 
 def test_cli_names_bins_that_fewer_seeds_reach(tmp_path, capsys):
