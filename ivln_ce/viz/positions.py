@@ -146,9 +146,10 @@ def _units(pairs: Sequence[SeedPair]) -> _Units:
     paired = {b is not None for _, b in pairs}
     if len(paired) > 1:
         raise CompareError("either every seed has a pair (A, B) or none has: got a mix")
-    metrics = {t.metric for pair in pairs for t in pair if t is not None}
-    if len(metrics) > 1:
-        raise CompareError(f"cannot pool {' and '.join(sorted(metrics))}")
+    for field in ("metric", "split"):
+        values = {getattr(t, field) for pair in pairs for t in pair if t is not None}
+        if len(values) > 1:
+            raise CompareError(f"cannot pool {' and '.join(sorted(values))}: every evaluation needs the same {field}")
     for a, b in pairs:
         if b is not None:
             _check_pair(a, b)

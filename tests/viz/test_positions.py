@@ -3,6 +3,7 @@ planted per-position values come back as the bin means, a house-dependent differ
 interval worked out by hand, tours of unequal length count only where they reach, and tours
 whose episodes differ between the two runs are refused."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -166,6 +167,9 @@ def test_seed_pairs_draw_seeds_then_houses(tmp_path):
     assert [(x.tours, x.seeds) for x in reach] == [(4, 2), (4, 1)] and reach[1].mean == pytest.approx(10)
     with pytest.raises(CompareError, match="every seed has a pair"):
         by_position_seeds([(s0a, s0b), (s1a, None)])
+    seen = dataclasses.replace(s1a, split="val_seen")
+    with pytest.raises(CompareError, match="cannot pool val_seen and val_unseen: every evaluation needs the same split"):
+        by_position_seeds([(s0a, None), (seen, None)])
 
 
 def test_cli_pairs_per_seed(tmp_path, capsys):
