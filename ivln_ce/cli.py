@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -1041,9 +1042,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, except that ``key=value`` overrides may also follow options
+    (``scene view SCENE --out x.png simulator.rgb.width=512``): argparse gives a positional
+    ``nargs="*"`` list only the words before the first option, and subparsers rule out
+    ``parse_intermixed_args``. Anything else left over is still an error."""
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        late = [w for w in rest if _OVERRIDE.match(w)]
+        if len(late) < len(rest) or not isinstance(getattr(args, "overrides", None), list):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.overrides = [*args.overrides, *late]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:

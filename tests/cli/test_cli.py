@@ -116,3 +116,21 @@ def test_commands_that_need_torch_say_what_to_install_when_it_is_missing(tmp_pat
     assert run.returncode == 2, run.stderr
     assert "this command needs PyTorch" in run.stderr and "pip install 'torch>=2.2'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_overrides_may_follow_options_and_other_leftovers_are_refused(capsys):
+    """argparse hands a positional ``nargs="*"`` list only the words before the first option;
+    the CLI gathers ``key=value`` words after options too, in order, and still refuses the rest."""
+    from ivln_ce.cli import _parse, build_parser
+
+    args = _parse(build_parser(), ["scene", "view", "house.glb", "--out", "v.png", "simulator.rgb.width=512"])
+    assert (args.scene, args.out, args.overrides) == ("house.glb", "v.png", ["simulator.rgb.width=512"])
+    args = _parse(build_parser(), ["eval", "eval.agent=random", "--config", "c.yaml", "eval.num_envs=2", "seed=3"])
+    assert args.overrides == ["eval.agent=random", "eval.num_envs=2", "seed=3"] and args.config == ["c.yaml"]
+    for argv in (["scene", "view", "house.glb", "--out", "v.png", "stray"],      # not key=value
+                 ["scene", "view", "house.glb", "--out", "v.png", "--nope=1"],   # an unknown option
+                 ["compare", "a", "b", "--summary", "metrics.x=1"]):              # a command without overrides
+        with pytest.raises(SystemExit) as exc:
+            _parse(build_parser(), argv)
+        assert exc.value.code == 2
+        assert "unrecognized arguments" in capsys.readouterr().err
