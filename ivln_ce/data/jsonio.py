@@ -336,6 +336,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """``Path.write_text`` (UTF-8), atomically: a killed writer leaves the old file or none."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
 class TextStream:
     """Text appended in pieces to ``path`` (gzip when the name ends in .gz); atomic on ``close``:
     the streamed writers of large files (agent path logs, generated episode files) use it."""

@@ -34,6 +34,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ivln_ce.data.jsonio import atomic_write_text
+
 CELL = 0.1
 REGION_RADIUS = 1.0
 SPLITS = ("train", "val_unseen")
@@ -246,13 +248,13 @@ def write_tables(out: Path, table: dict[str, list[dict]], rows: dict[str, list[d
     lines = [",".join(["split", "episode_index", *counts, *shares])]
     for split, rs in table.items():
         lines += [",".join([split, str(r["index"]), *[str(r[c]) for c in counts], *[f"{r[s]:.4f}" for s in shares]]) for r in rs]
-    (out / "coverage.csv").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "coverage.csv", "\n".join(lines) + "\n")
     per_tour = ["split,tour,house,walked_as,episode_index,episodes_done,path_observed,region_observed"]
     for split, rs in rows.items():
         per_tour += [f"{split},{r['tour']},{r['house']},{r.get('walked_as', r['tour'])},{r['index']},{r['index'] - 1},"
                      f"{r['path_observed']:.4f},{r['region_observed']:.4f}"
                      for r in sorted(rs, key=lambda r: (int(r["tour"]) if str(r["tour"]).isdigit() else 0, str(r["tour"]), r["index"]))]
-    (out / "coverage_tours.csv").write_text("\n".join(per_tour) + "\n")
+    atomic_write_text(out / "coverage_tours.csv", "\n".join(per_tour) + "\n")
     md = [f"# Tour coverage (paper Fig. 2b): {title}", "",
           "Oracle agent, iterative setting (oracle walks between episodes observed). After k episodes of a tour: the share "
           "of the next episode's reference path, and of the tour's region (10 cm cells within 1 m of any of its reference "
@@ -275,7 +277,7 @@ def write_tables(out: Path, table: dict[str, list[dict]], rows: dict[str, list[d
         md += ["| k (episodes done) | tours (houses) | next path observed | tour region observed |", "|---|---|---|---|"]
         md += [f"| {r['episodes_done']} | {r['tours']} ({r['houses']}) | {_with_interval(r, 'path_observed')} | "
                f"{_with_interval(r, 'region_observed')} |" for r in shown]
-    (out / "coverage.md").write_text("\n".join(md) + "\n")
+    atomic_write_text(out / "coverage.md", "\n".join(md) + "\n")
 
 
 _QUANTITY_NAMES = {"path_observed": "next path observed", "region_observed": "tour region observed"}
@@ -330,7 +332,7 @@ def coverage_report(out: Path, data: Path, scale, log: Callable[[str], None], ma
     settings = {"data": str(data), "splits": list(splits), "size": scale.size, "oracle_step_limit": scale.oracle_step_limit,
                 "num_envs": scale.num_envs, "max_tours": max_tours or scale.eval_tours, "max_k": max_k, "resamples": resamples,
                 "level": 0.95, "code": code_digest()}
-    (out / "coverage.json").write_text(json.dumps({"settings": settings, "seconds": {**seconds, "total": round(time.perf_counter() - t0, 1)},
+    atomic_write_text(out / "coverage.json", json.dumps({"settings": settings, "seconds": {**seconds, "total": round(time.perf_counter() - t0, 1)},
                                                    "checks": checks, "table": table}, indent=2))
     files = [str(out / f) for f in ("coverage.csv", "coverage_tours.csv", "coverage.md", "coverage.png", "coverage.json")]
     return {"summary": text, "plot": str(plot), "files": files, "checks": checks}

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import ivln_ce
+from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.fingerprint import code_digest
 from ivln_ce.reproduce.plan import DEVIATIONS, EVAL_SPLITS, REFERENCE_AGENTS, SCALES, Run, Scale, common_overrides, runs_for
 
@@ -112,7 +113,7 @@ def _ensure_rednet(out: Path, scale: Scale, seed: int, log: Log) -> None:
         shutil.move(str(folder), str(stale))
         log(f"rednet: made with other inputs; moved to {stale.name} and trained again")
     folder.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"key": key, "config": asdict(cfg)}, indent=2))
+    atomic_write_text(stamp, json.dumps({"key": key, "config": asdict(cfg)}, indent=2))
     report = folder / "report.json"
     if report.exists() and len(json.loads(report.read_text()).get("history", [])) >= cfg.epochs:
         return  # trained to the end by an earlier run with these inputs
@@ -307,7 +308,7 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
     tables = write_tables(out, table, runs, seeds)
     cov = coverage_report(out, data, scale, log)
     elapsed = time.perf_counter() - t0
-    (out / "fingerprints.json").write_text(json.dumps(results["fingerprints"], indent=2, sort_keys=True))
+    atomic_write_text(out / "fingerprints.json", json.dumps(results["fingerprints"], indent=2, sort_keys=True))
     write_readme(out, table, scale_name, scale, seeds, device, data, elapsed, tables, cov)
     log(f"done in {elapsed / 60:.1f} min: {', '.join(str(p) for p in tables['files'])}")
     return {"tables": tables, "coverage": cov, "seconds": elapsed, "out": str(out)}
@@ -345,4 +346,4 @@ def write_readme(out: Path, table: str, scale_name: str, scale: Scale, seeds: in
         lines += ["", "## Tour coverage", "", cov.get("summary", ""), "", f"![coverage]({Path(cov['plot']).name})" if cov.get("plot") else ""]
     lines += ["", "## Deviations from the paper's recipes", ""] + [f"- {d}" for d in DEVIATIONS]
     lines += ["", "Fingerprints of every training and evaluation: `fingerprints.json`; the full log: `reproduce.log`.", ""]
-    (out / "README.md").write_text("\n".join(lines))
+    atomic_write_text(out / "README.md", "\n".join(lines))

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
 from ivln_ce.reproduce.stats import VERDICTS, Comparison, compare, read_tours, verdict
 from ivln_ce.viz.runs import ResultsError
@@ -223,10 +224,10 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
                    f"{seeds} seed(s); TL/NE in m, others x100; paper rows from Krantz et al. 2023."
                    if name == "table3" else
                    f"Table 4 (MAP-CMA): the embedded benchmark, mean ± SE over {seeds} seed(s); paper rows from Krantz et al. 2023.")
-        (out / f"{name}.md").write_text(f"{caption}\n\n" + _markdown(head, rows))
-        (out / f"{name}.csv").write_text(_csv(head, rows))
-        (out / f"{name}.tex").write_text(_latex(head, rows, caption))
-        (out / f"{name}_sources.json").write_text(json.dumps(sources, indent=2))
+        atomic_write_text(out / f"{name}.md", f"{caption}\n\n" + _markdown(head, rows))
+        atomic_write_text(out / f"{name}.csv", _csv(head, rows))
+        atomic_write_text(out / f"{name}.tex", _latex(head, rows, caption))
+        atomic_write_text(out / f"{name}_sources.json", json.dumps(sources, indent=2))
         files += [out / f"{name}.{ext}" for ext in ("md", "csv", "tex")]
     keys = {r.key for r in runs}
     if by_table["table3"] and "cma" in keys:
@@ -255,6 +256,6 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
             f"MAP-CMA ({'GT' if run.semantics == 'gt' else 'RedNet'} semantics, {mode} maps in training and evaluation)")
         verdicts.append(_floor_finding(records, name, _paired(out, (run.key, mode), ("reference_random", "-"), seeds)))
     if verdicts:
-        (out / "findings.md").write_text("# Findings\n\n" + "".join(f"- {v}\n" for v in verdicts))
-        (out / "findings.json").write_text(json.dumps(records, indent=2))
+        atomic_write_text(out / "findings.md", "# Findings\n\n" + "".join(f"- {v}\n" for v in verdicts))
+        atomic_write_text(out / "findings.json", json.dumps(records, indent=2))
     return {"files": files, "verdicts": verdicts}

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from ivln_ce import run_folder
 from ivln_ce.config import ConfigError, TrainerKind, resolved
+from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.rl.rewards import RewardSpec, parse_reward
 from ivln_ce.rl.rollout import EpisodeRollout, RLDriver
 from ivln_ce.rl.update import ValueHead, run_update, settings_from_config
@@ -160,7 +161,7 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(out / "tb"), purge_step=state.step + 1 if resumed else None)
-        (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
+        atomic_write_text(out / "config.json", json.dumps(resolved(cfg), indent=2))
     settings = settings_from_config(tc.rl)
     spec = reward_spec(cfg)
     episodes_by_id = {str(e.episode_id): e for it in data.items for e in it.episodes}

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from ivln_ce.benchmark.synthetic import PRESETS, _house_seed
 from ivln_ce.config import load_config
+from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.models.official_weights import load_state, read_checkpoint
 from ivln_ce.models.rednet import NUM_CLASSES, RedNet, mean_iou, normalise_inputs
 from ivln_ce.scenes.categories import CLASS_NAMES
@@ -174,5 +175,5 @@ def train_rednet(cfg: RedNetTrainConfig, resume: bool = True, log=print) -> dict
         "history": history,
         "config": asdict(cfg),
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     return report

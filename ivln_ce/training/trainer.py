@@ -53,6 +53,7 @@ from ivln_ce import fingerprint as fpr
 from ivln_ce import run_folder
 from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
+from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem
 from ivln_ce.models.factory import atomic_torch_save
@@ -491,7 +492,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
 
         # steps up to state.step were logged before the resume point (step n is the n-th update)
         writer = SummaryWriter(str(out / "tb"), purge_step=state.step + 1 if resumed else None)
-        (out / "config.json").write_text(json.dumps(resolved(cfg), indent=2))
+        atomic_write_text(out / "config.json", json.dumps(resolved(cfg), indent=2))
     if rank == 0:  # a run killed while evaluating a checkpoint evaluates it now
         _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer)
     ddp.barrier()
@@ -563,7 +564,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         summary["store_bytes"] = sum(p.stat().st_size for p in store_dir.glob("*") if p.is_file())
         if not tc.store_observations:
             summary["replay_bytes"] = sum(p.stat().st_size for p in replay_dir.glob("*") if p.is_file())
-        (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+        atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=2))
         if writer is not None:
             writer.close()
     return summary

@@ -348,3 +348,24 @@ def test_written_files_honour_the_umask(tmp_path):
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     assert modes == {"a.json": 0o640, "b.json.gz": 0o640, "c.bin": 0o640, "d.json": 0o640, "e.json": 0o664}
+
+
+def test_atomic_write_text_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    """The summaries and tables of training and ``reproduce`` are written through it: a writer
+    killed before the rename leaves the old file whole and no temporary behind."""
+    import os
+
+    from ivln_ce.data.jsonio import atomic_write_text
+
+    f = tmp_path / "train_summary.json"
+    atomic_write_text(f, '{"rounds": 1, "note": "\u00e9"}')
+    assert f.read_bytes() == '{"rounds": 1, "note": "\u00e9"}'.encode("utf-8")
+
+    def killed(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(f, '{"rounds": 2}')
+    assert f.read_text(encoding="utf-8") == '{"rounds": 1, "note": "\u00e9"}'
+    assert [p.name for p in tmp_path.iterdir()] == ["train_summary.json"]
