@@ -98,9 +98,12 @@ def _paired(out: Path, a: tuple[str, str], b: tuple[str, str], seeds: int, split
     if not pairs:
         return "no seed has both evaluations"
     try:
-        return compare(pairs, resamples=resamples, seed=0)
+        c = compare(pairs, resamples=resamples, seed=0)
     except ResultsError as exc:
         return str(exc)
+    if "t-nDTW" not in c.intervals:  # every finding is stated in t-nDTW
+        return "no t-nDTW in these evaluations (no target tour paths); compare the other metrics with `ivln-ce compare`"
+    return c
 
 
 def _n(k: int, noun: str) -> str:

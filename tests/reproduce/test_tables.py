@@ -84,3 +84,18 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
     assert sources["reference_random"]["val_unseen"] == [
         str(stats_file(tmp_path, "reference_random", s, "val_unseen", "-").relative_to(tmp_path)) for s in range(3)]
     assert len(sources["pool_end_cma"]["val_seen"]) == 2
+
+
+def test_evaluations_without_t_ndtw_leave_the_finding_uncomputed(tmp_path):
+    """Runs scored without target tour paths have no per-tour t-nDTW, the findings' measure: the
+    finding says why it is not computed instead of failing on the missing interval."""
+    for key in ("cma", "tour_cma"):
+        _write(tmp_path, key, 0, 0.3)
+        for split in EVAL_SPLITS:
+            f = stats_file(tmp_path, key, 0, split, "-").parent / f"tours_ckpt_final_{split}.json"
+            f.write_text(json.dumps({t: {"weight": 1.0, "episodes": 2} for t in HOUSES}))
+    result = write_tables(tmp_path, "table3", [r for r in table3_runs() if r.key in ("cma", "tour_cma")], seeds=1)
+    assert result["verdicts"][0] == ("Latent tour memory does not help: TourCMA - CMA: not computed (no t-nDTW in these "
+                                     "evaluations (no target tour paths); compare the other metrics with `ivln-ce compare`).")
+    record = json.loads((tmp_path / "findings.json").read_text())[0]
+    assert (record["computed"], record["finding"]) == (False, "Latent tour memory does not help: TourCMA - CMA")
