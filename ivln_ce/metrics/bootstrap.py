@@ -81,3 +81,13 @@ def hierarchical_bootstrap(values: np.ndarray, groups: Sequence[Sequence[Any]], 
         for j in range(vals.shape[1]):
             out[lo:lo + b, j] = np.bincount(rep, weights=vals[unit, j], minlength=b) / count
     return out[:, 0] if one else out
+
+
+def percentile_interval(boot: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sided percentile interval at ``level`` of a bootstrap distribution ``boot``
+    (resamples,) or (resamples, k): (low, high), floats or (k,) arrays."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(boot, [tail, 100.0 - tail], axis=0)
+    return low, high

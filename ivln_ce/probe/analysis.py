@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
 from ivln_ce.probe.skills import CONDITIONS, DIRECTION, INTERVENED, SKILLS, STOP, VARIANTS
 
 #: (treated, baseline) condition pairs per skill; the first is the skill's intervention effect
@@ -162,8 +162,7 @@ def _interval(values: np.ndarray, probes: list[_Probe], resamples: int, seed: in
         return (math.nan, math.nan)
     groups = [[p.scene for p in probes], [p.source for p in probes]]
     boot = hierarchical_bootstrap(values, groups, resamples, np.random.default_rng(seed))
-    tail = 100.0 * (1.0 - LEVEL) / 2.0
-    lo, hi = np.percentile(boot, [tail, 100.0 - tail])
+    lo, hi = percentile_interval(boot, LEVEL)
     return float(lo), float(hi)
 
 

@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ivln_ce.geometry import wrap_angle
-from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
 from ivln_ce.probe.skills import CONDITIONS, DIRECTION, OBJECT, ROOM, SECTOR_NAMES, STOP
 from ivln_ce.sim.base import MOVE_FORWARD, STOP as A_STOP, TURN_LEFT, TURN_RIGHT
 
@@ -78,8 +78,7 @@ def _interval(values: np.ndarray, scenes: list[str], sources: list[str], resampl
     if len(values) < 2:
         return (math.nan, math.nan)
     boot = hierarchical_bootstrap(values, [scenes, sources], resamples, np.random.default_rng(seed))
-    tail = 100.0 * (1.0 - LEVEL) / 2.0
-    lo, hi = np.percentile(boot, [tail, 100.0 - tail])
+    lo, hi = percentile_interval(boot, LEVEL)
     return float(lo), float(hi)
 
 

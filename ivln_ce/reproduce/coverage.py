@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ivln_ce.data.jsonio import atomic_write_text
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
 
 CELL = 0.1
 REGION_RADIUS = 1.0
@@ -173,15 +174,11 @@ def measure(cfg, split: str, max_tours: int = 0, max_k: int = 0) -> list[dict]:
 
 def _interval(values: np.ndarray, houses: Sequence[str], resamples: int, level: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of the column means, resampling houses, then tours; NaN below two tours."""
-    from ivln_ce.reproduce.stats import hierarchical_bootstrap
-
     if len(values) < 2:
         nan = np.full(values.shape[1], math.nan)
         return nan, nan
     boot = hierarchical_bootstrap(values, [list(houses)], resamples, np.random.default_rng(seed))
-    tail = 100.0 * (1.0 - level) / 2.0
-    low, high = np.percentile(boot, [tail, 100.0 - tail], axis=0)
-    return low, high
+    return percentile_interval(boot, level)
 
 
 def summarise(rows: list[dict], resamples: int = RESAMPLES, level: float = 0.95, seed: int = 0) -> list[dict]:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
 from ivln_ce.viz.paired import EPISODE_KEYS, CompareError, load_result, tour_order
 from ivln_ce.viz.runs import find_runs, file_component
 
@@ -179,11 +179,10 @@ def _bin_mean(t: PositionTable, cols: slice) -> np.ndarray:
 
 
 def _interval(values: np.ndarray, groups: list[np.ndarray], resamples: int, seed: int, level: float) -> tuple[float, float]:
-    if not 0 < level < 1:
+    if not 0 < level < 1:  # before the bootstrap's work
         raise ValueError(f"level must lie in (0, 1), got {level}")
-    dist = hierarchical_bootstrap(values, groups, resamples=resamples, rng=seed)
-    tail = (1 - level) / 2
-    return float(np.quantile(dist, tail)), float(np.quantile(dist, 1 - tail))
+    low, high = percentile_interval(hierarchical_bootstrap(values, groups, resamples=resamples, rng=seed), level)
+    return float(low), float(high)
 
 
 def by_position(a: PositionTable, b: PositionTable | None = None, width: int = 5, resamples: int = 10_000,

@@ -160,3 +160,15 @@ def test_one_tour_is_never_a_verdict():
     assert verdict(_iv(2.0, 2.0, tours=1, seeds=2), 1).word == "reproduced"
     with pytest.raises(ValueError, match="direction"):
         verdict(_iv(1.0, 2.0), 0)
+
+
+def test_percentile_interval_takes_the_tails_of_the_distribution():
+    from ivln_ce.metrics.bootstrap import percentile_interval
+
+    boot = np.arange(101, dtype=float)[::-1]  # order must not matter: percentiles 5 and 95 are 5 and 95
+    assert percentile_interval(boot, 0.90) == (5.0, 95.0)
+    low, high = percentile_interval(np.stack([boot, 2 * boot], axis=1), 0.98)  # one interval per column
+    assert low.tolist() == [1.0, 2.0] and high.tolist() == [99.0, 198.0]
+    for bad in (0.0, 1.0, 95):
+        with pytest.raises(ValueError, match="level"):
+            percentile_interval(boot, bad)
