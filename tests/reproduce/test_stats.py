@@ -3,6 +3,7 @@ enumeration of every resample of a tiny design, the closed-form variance of a tw
 three-stage bootstrap, scipy's ordinary bootstrap, and the verdict rule."""
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -111,8 +112,51 @@ def test_seeds_are_the_top_level():
     var = (_pop_var([v[seeds == s].mean() for s in (0, 1)]) + np.mean(inner)) / 2
     assert boot.std() == pytest.approx(np.sqrt(var), rel=0.03)
     assert boot.mean() == pytest.approx(v.mean(), abs=4 * np.sqrt(var / 60_000))
-    # a house label shared by two seeds is still two groups: houses are resampled within a seed
-    assert hierarchical_bootstrap(v, [seeds, houses], 500, rng=9).shape == (500,)
+
+
+def _exact_three_stage(design):
+    """Every outcome of: draw S seeds with replacement; within each drawn seed, as many of its
+    houses as it has; within each drawn house, as many of its tours as it has; the mean of the
+    drawn tours. ``design``: seed -> house -> tour values. Returns atom -> exact probability."""
+    def within(seed):  # (probability, drawn tours) of every draw inside one seed
+        houses = design[seed]
+        out = []
+        for drawn in itertools.product(houses, repeat=len(houses)):
+            draws = [list(itertools.product(houses[h], repeat=len(houses[h]))) for h in drawn]
+            p = Fraction(1, len(houses) ** len(houses))
+            for d in draws:
+                p /= len(d)
+            out += [(p, [v for t in tours for v in t]) for tours in itertools.product(*draws)]
+        return out
+
+    inner = {s: within(s) for s in design}
+    law = {}
+    for seeds in itertools.product(design, repeat=len(design)):
+        for parts in itertools.product(*(inner[s] for s in seeds)):
+            p = Fraction(1, len(design) ** len(design))
+            for q, _ in parts:
+                p *= q
+            flat = [v for _, vs in parts for v in vs]
+            atom = round(sum(flat) / len(flat), 9)
+            law[atom] = law.get(atom, 0) + p
+    return law
+
+
+def test_three_levels_match_the_exact_enumeration_with_house_names_shared_by_the_seeds():
+    """Two seeds over the same two houses (as two training seeds evaluated on the same tours):
+    houses are drawn within the drawn seed, never pooled across seeds by name."""
+    design = {0: {"x": [0.0, 4.0], "y": [10.0]}, 1: {"x": [20.0, 22.0], "y": [40.0]}}
+    law = _exact_three_stage(design)
+    assert sum(law.values()) == 1 and len(law) == 89
+    rows = [(s, h, v) for s in design for h in design[s] for v in design[s][h]]
+    seeds, houses, v = (np.array(c) for c in zip(*rows))
+    boot = np.round(hierarchical_bootstrap(v.astype(float), [seeds, houses], 200_000, rng=1), 9)
+    atoms, counts = np.unique(boot, return_counts=True)
+    assert set(atoms.tolist()) <= set(law)
+    got = dict(zip(atoms.tolist(), counts / len(boot)))
+    assert max(abs(float(p) - got.get(a, 0.0)) for a, p in law.items()) < 0.004
+    exact_mean = float(sum(p * Fraction(a) for a, p in law.items()))
+    assert boot.mean() == pytest.approx(exact_mean, abs=0.05)
 
 
 def test_several_metrics_share_the_resamples_and_the_seed_fixes_the_stream():
