@@ -29,6 +29,7 @@ from ivln_ce.data.jsonio import DataFormatError
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
 from ivln_ce.viz.files import read_results_json
 from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
+from ivln_ce.viz.table import identity
 
 #: the compared metrics, in the order they are shown: t-nDTW per tour, and the tour means of
 #: the per-episode metrics
@@ -75,6 +76,9 @@ class TourTable:
     tndtw_variant: str | None
     tndtw_distance: str | None
     files: dict[str, Path] = field(default_factory=dict)
+    #: the run's setting: its resolved config without seed and cosmetic keys (``viz.table.identity``;
+    #: empty when the stats file has no config), to tell a swapped seed pair
+    setting: dict[str, Any] = field(default_factory=dict)
 
 
 def _number(x: Any, where: str) -> float:
@@ -158,7 +162,8 @@ def read_tours(results: str | Path, split: str = "val_unseen", label: str | None
     stats = run.stats
     return TourTable(Path(results), run.label, split, tours, tuple(_house(run, t) for t in tours), arrays,
                      stats.get("tndtw_variant"), stats.get("tndtw_distance"),
-                     {"stats": run.output("iterative_stats"), "tours": f_tours, "episodes": f_all, "tour_dir": run.folder("tours")})
+                     {"stats": run.output("iterative_stats"), "tours": f_tours, "episodes": f_all, "tour_dir": run.folder("tours")},
+                     identity(run.config))
 
 
 def _has_metric(per_episode: dict, key: str, where: Path) -> bool:
@@ -214,8 +219,9 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
         raise TourSetMismatch(f"{a.files['tours']} and {b.files['tours']}: the evaluations cover different tours of {a.split!r} "
                               f"(only in the first: {only_a[:10]}{' ...' if len(only_a) > 10 else ''}; only in the second: "
                               f"{only_b[:10]}{' ...' if len(only_b) > 10 else ''}); a paired comparison needs the same tours")
-    for t, ha, hb in zip(a.tours, a.houses, b.houses):
-        if ha != hb:
+    b_house = dict(zip(b.tours, b.houses))
+    for t, ha in zip(a.tours, a.houses):
+        if ha != (hb := b_house[t]):
             raise TourSetMismatch(f"{a.files['tour_dir'] / (file_component(t) + '.json')}, field 'scan': tour {t!r} is in house "
                                   f"{ha!r}, but in {hb!r} in {b.files['tour_dir']}: the evaluations used different tour files")
     if tndtw == "auto":
@@ -295,9 +301,11 @@ class Comparison:
 def compare(pairs: Sequence[tuple[TourTable, TourTable]], resamples: int = 10_000, seed: int = 0, level: float = 0.95,
             tndtw: str = "auto") -> Comparison:
     """Paired differences (first minus second) over one or more training seeds, each given as
-    a pair of evaluations of the same tours, with hierarchical bootstrap intervals (seeds, then
-    houses, then tours). One random stream (``seed``) draws the replicates of every metric, so
-    the metrics' intervals come from the same resamples."""
+    a pair of evaluations of the same tours (every seed the same tours in the same houses, no
+    pair swapped: ``_same_seeds``), with hierarchical bootstrap intervals (seeds, then houses,
+    then tours). The mean is over every (seed, tour) row, so also the mean of the seeds' means.
+    One random stream (``seed``) draws the replicates of every metric, so the metrics'
+    intervals come from the same resamples."""
     if not pairs:
         raise CompareError("nothing to compare: no pair of evaluations")
     if not 0 < level < 1:
@@ -305,6 +313,7 @@ def compare(pairs: Sequence[tuple[TourTable, TourTable]], resamples: int = 10_00
     tndtw = _common_tndtw(pairs, tndtw)
     paired = [pair(a, b, tndtw) for a, b in pairs]
     split = _one_split(pairs)
+    _same_seeds(pairs, paired)
     metrics = [m for m in METRICS if all(m in p.a for p in paired)]
     notes = _left_out(pairs, metrics, tndtw)
     diffs = [np.stack([p.diff[m] for m in metrics], axis=1) for p in paired]
@@ -330,6 +339,8 @@ def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tupl
     p1 = [pair(a, b, tndtw) for a, b in first]
     p2 = [pair(c, d, tndtw) for c, d in second]
     split = _one_split([*first, *second])
+    _same_seeds(first, p1)
+    _same_seeds(second, p2)
     metrics = [m for m in METRICS if all(m in p.a for p in (*p1, *p2))]
     notes = _left_out([*first, *second], metrics, tndtw)
     diffs, d1, d2 = [], [], []
@@ -360,6 +371,36 @@ def _common_tndtw(pairs: Sequence[tuple[TourTable, TourTable]], tndtw: str) -> s
         raise CompareError("some seed pairs have t-nDTW and others have none (no target tour paths): compare "
                            "evaluations made with the same data")
     return NO_TNDTW if fields[0] == NO_TNDTW else "tndtw" if all(f == "tndtw" for f in fields) else "tndtw_paper"
+
+
+def _same_seeds(pairs: Sequence[tuple[TourTable, TourTable]], paired: Sequence[Paired]) -> None:
+    """Refuse seed pairs that cannot be pooled: every seed must cover the same tours in the same
+    houses (else the pooled mean weighs the seeds by their tour counts and the tours differ
+    between seeds), and no pair may be given the other way round: a config key on which pair 1's
+    A and B differ must not take A's value in a later pair's B and B's in its A (``A B B2 A2``
+    would flip that seed's sign and drag the interval towards 0)."""
+    first = dict(zip(paired[0].tours, paired[0].houses))
+    (a0, b0) = pairs[0]
+    for k, ((a, b), p) in enumerate(zip(pairs[1:], paired[1:]), start=2):
+        here = dict(zip(p.tours, p.houses))
+        if set(here) != set(first):
+            only_1 = sorted(set(first) - set(here), key=tour_order)
+            only_k = sorted(set(here) - set(first), key=tour_order)
+            raise TourSetMismatch(f"{a0.files['tours']} and {a.files['tours']}: seed pairs 1 and {k} cover different tours "
+                                  f"of {a.split!r} (only in pair 1: {only_1[:10]}{' ...' if len(only_1) > 10 else ''}; only in "
+                                  f"pair {k}: {only_k[:10]}{' ...' if len(only_k) > 10 else ''}); every seed must evaluate the same tours")
+        for t in sorted(first, key=tour_order):
+            if first[t] != here[t]:
+                raise TourSetMismatch(f"{a0.files['tour_dir'] / (file_component(t) + '.json')} and "
+                                      f"{a.files['tour_dir'] / (file_component(t) + '.json')}, field 'scan': tour {t!r} is in house "
+                                      f"{first[t]!r} in seed pair 1 but in {here[t]!r} in seed pair {k}: the seeds used different tour files")
+        for key in sorted(a0.setting.keys() & b0.setting.keys() & a.setting.keys() & b.setting.keys()):
+            x, y = a0.setting[key], b0.setting[key]
+            if x != y and (a.setting[key], b.setting[key]) == (y, x):
+                raise CompareError(f"{a.files['stats']} and {b.files['stats']}: seed pair {k} looks swapped: config {key!r}: "
+                                   f"{y!r} in its first run and {x!r} in its second, the other way round from pair 1 "
+                                   f"({a0.files['stats']}: {x!r}, {b0.files['stats']}: {y!r}); give every pair in the same "
+                                   "order (A B A2 B2 ...)")
 
 
 def _one_split(pairs: Sequence[tuple[TourTable, TourTable]]) -> str:

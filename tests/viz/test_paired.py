@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ivln_ce.cli import main
-from ivln_ce.viz.paired import METRICS, CompareError, compare, comparison_json, format_comparison, read_tours
+from ivln_ce.viz.paired import METRICS, CompareError, TourSetMismatch, compare, comparison_json, format_comparison, read_tours
 
 # 4 tours in 2 houses, 2 episodes each
 HOUSES = {"0": "house_a", "1": "house_a", "2": "house_b", "3": "house_b"}
@@ -19,19 +19,20 @@ def episode(sr, ndtw, cls, spl=0.5):
     return {"success": sr, "spl": spl * sr, "ndtw": ndtw, "sdtw": sr * ndtw, "cls": cls, "steps_taken": 20}
 
 
-def write_eval(folder, label, episodes, tndtw, instruction="full", drop=()):
+def write_eval(folder, label, episodes, tndtw, instruction="full", drop=(), houses=None, config=None):
     """A results folder as `ivln-ce eval` writes it, reduced to what the comparison reads:
-    the stats file, per-tour t-nDTW, per-episode metrics and the per-tour files (houses)."""
+    the stats file (with ``config``, the resolved config, when given), per-tour t-nDTW,
+    per-episode metrics and the per-tour files (the houses: ``houses``, default ``HOUSES``)."""
     folder.mkdir(parents=True)
     eps = {t: {f"{t}_{k}": {m: v for m, v in e.items() if m not in drop} for k, e in enumerate(es)} for t, es in episodes.items()}
-    (folder / f"iterative_stats_ckpt_{label}_val_unseen.json").write_text(json.dumps(
-        {"split": "val_unseen", "label": label, "tndtw_variant": "official", "tndtw_distance": "euclidean", "instruction": instruction}))
+    stats = {"split": "val_unseen", "label": label, "tndtw_variant": "official", "tndtw_distance": "euclidean", "instruction": instruction}
+    (folder / f"iterative_stats_ckpt_{label}_val_unseen.json").write_text(json.dumps(stats | ({"config": config} if config else {})))
     (folder / f"tours_ckpt_{label}_val_unseen.json").write_text(json.dumps(
         {t: {"tndtw": v, "tndtw_official": v, "tndtw_paper": v, "weight": 1, "episodes": 2} for t, v in tndtw.items()}))
     (folder / f"iterative_all_stats_ckpt_{label}_val_unseen.json").write_text(json.dumps(eps))
     (folder / f"tours_{label}_val_unseen").mkdir()
-    for t, h in HOUSES.items():
-        (folder / f"tours_{label}_val_unseen" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": h}))
+    for t in tndtw:
+        (folder / f"tours_{label}_val_unseen" / f"{t}.json").write_text(json.dumps({"tour_id": t, "scan": (houses or HOUSES)[t]}))
     return folder
 
 
@@ -185,12 +186,13 @@ def test_contrast_is_the_difference_of_the_paired_differences(folders, tmp_path,
     assert main(["compare", str(folders[0]), str(folders[1]), "--contrast", str(two_full)]) == 2
     assert "--contrast takes one pair C D per pair A B" in capsys.readouterr().err
     # other tours in the second pair: refused
-    other = dict(HOUSES)
+    other = {("9" if t == "3" else t): h for t, h in HOUSES.items()}
     other_eps = {("9" if t == "3" else t): e for t, e in c_full.items()}
-    odd = write_eval(tmp_path / "odd_a", "goal", other_eps, {("9" if t == "3" else t): 0.5 for t in other})
-    odd_b = write_eval(tmp_path / "odd_b", "goal", other_eps, {("9" if t == "3" else t): 0.5 for t in other})
-    with pytest.raises(CompareError):
-        contrast(first, [(read_tours(odd), read_tours(odd_b))], resamples=100)
+    odd = write_eval(tmp_path / "odd_a", "goal", other_eps, {t: 0.5 for t in other}, houses=other)
+    odd_b = write_eval(tmp_path / "odd_b", "goal", other_eps, {t: 0.5 for t in other}, houses=other)
+    odd_pair = [(read_tours(odd), read_tours(odd_b))]  # readable: the refusal below is the contrast's own
+    with pytest.raises(TourSetMismatch, match=r"odd_a/tours_ckpt_goal_val_unseen\.json: the two pairs cover different tours"):
+        contrast(first, odd_pair, resamples=100)
 
 
 def test_runs_with_equal_labels_are_named_by_folder_else_by_letter_with_a_legend(tmp_path, capsys):
@@ -215,3 +217,95 @@ def test_runs_with_equal_labels_are_named_by_folder_else_by_letter_with_a_legend
     assert main(["compare", str(long_a), str(long_b), "--resamples", "500", "--out", str(tmp_path / "d.json")]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"A = {long_a}\nB = {long_b}\n") and " metric         A         B     diff   interval" in text
+
+
+# two training seeds of the same 4 tours in 3 houses; house_y and house_z hold one tour each
+HOUSES3 = {"0": "house_x", "1": "house_x", "2": "house_y", "3": "house_z"}
+SAME_EPISODES = {t: [episode(1.0, 0.8, 0.7), episode(1.0, 0.8, 0.7)] for t in HOUSES3}
+
+
+def _seed_folders(tmp_path, gain_by_seed, houses=HOUSES3, tours=tuple(HOUSES3)):
+    """Per seed an (A, B) pair of folders: B's t-nDTW differs per tour, A's is B's + the seed's
+    gain on every tour; A evaluates with iterative maps, B with episodic ones (the configs)."""
+    base = {"0": 0.30, "1": 0.45, "2": 0.20, "3": 0.55}
+    out = []
+    for s, gain in enumerate(gain_by_seed):
+        eps = {t: SAME_EPISODES[t] for t in tours}
+        out.append(tuple(write_eval(tmp_path / f"s{s}_{mode}", "15", eps, {t: base[t] + (gain if mode == "it" else 0.0) for t in tours},
+                                    houses=houses, config={"seed": s, "mapping": {"mode": name}, "results_dir": f"r{s}_{mode}"})
+                         for mode, name in (("it", "iterative"), ("ep", "episodic"))))
+    return out
+
+
+def test_two_seeds_pair_tours_within_each_seed_and_resample_seeds_then_houses(tmp_path, capsys):
+    """Seed 0 gains 10 on every tour, seed 1 gains 30. A replicate draws two seeds with
+    replacement: both seed 0 (p 1/4) gives a mean of 10, both seed 1 (1/4) 30, one of each (1/2)
+    something between (the houses drawn within each seed set the weights). Each end holds 25 %
+    of the mass, more than a 2.5 % tail: the 95 % interval is [10, 30]; the point estimate is the
+    mean over the 8 (seed, tour) rows, 20, which is the mean of the seeds' means as both seeds
+    hold the same tours. Without the seed level (houses pooled over seeds) or with houses drawn
+    from any seed, a replicate is all seed 0 far less often than 2.5 %, and the interval shrinks."""
+    (a0, b0), (a1, b1) = _seed_folders(tmp_path, (0.10, 0.30))
+    pairs = [(read_tours(a0), read_tours(b0)), (read_tours(a1), read_tours(b1))]
+    c = compare(pairs, resamples=4000, seed=0)
+    tn = c.intervals["t-nDTW"]
+    assert (tn.mean, tn.low, tn.high, tn.seeds, tn.houses, tn.tours) == pytest.approx((20, 10, 30, 2, 3, 4))
+    assert (tn.mean_a, tn.mean_b) == pytest.approx((37.5 + 20, 37.5))
+    # each seed's A paired with its own B, tour by tour
+    assert [list(p.diff["t-nDTW"]) for p in c.pairs] == [pytest.approx([10] * 4), pytest.approx([30] * 4)]
+    js = comparison_json(c)
+    rows = {(r["seed_pair"], r["tour"]): r for r in js["per_tour"]}
+    assert {k: r["house"] for k, r in rows.items()} == {(s, t): h for s in (0, 1) for t, h in HOUSES3.items()}
+    a_b = {(0, "0"): (40, 30), (0, "1"): (55, 45), (0, "2"): (30, 20), (0, "3"): (65, 55),
+           (1, "0"): (60, 30), (1, "1"): (75, 45), (1, "2"): (50, 20), (1, "3"): (85, 55)}
+    for k, (va, vb) in a_b.items():
+        assert (rows[k]["t-nDTW a"], rows[k]["t-nDTW b"]) == pytest.approx((va, vb))
+    # one seed alone: a point interval at its gain
+    one = compare(pairs[1:], resamples=500).intervals["t-nDTW"]
+    assert (one.mean, one.low, one.high, one.seeds) == pytest.approx((30, 30, 30, 1))
+    # the CLI: A B A2 B2
+    out = tmp_path / "c.json"
+    assert main(["compare", str(a0), str(b0), str(a1), str(b1), "--resamples", "4000", "--expect", "greater", "--summary",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "4 tours in 3 houses, 2 seed(s)" in text and "(seeds, houses, tours; 4000 resamples)" in text
+    assert "t-nDTW: reproduced (expected s0_it > s0_ep; interval [+10.00, +30.00])" in text
+    assert json.loads(out.read_text())["intervals"]["t-nDTW"]["low"] == pytest.approx(10)
+
+
+def test_seeds_over_other_tours_or_houses_and_swapped_pairs_are_refused(tmp_path, capsys):
+    from dataclasses import replace
+
+    from ivln_ce.viz.paired import pair
+
+    (a0, b0), (a1, b1) = _seed_folders(tmp_path / "same", (0.10, 0.30))
+    # the second seed lacks tour 3: its pairs agree, but the seeds would weigh tours differently
+    (_, _), (a1m, b1m) = _seed_folders(tmp_path / "short", (0.10, 0.30), tours=("0", "1", "2"))
+    with pytest.raises(TourSetMismatch, match=r"s0_it/tours_ckpt_15_val_unseen\.json and .*short/s1_it/tours_ckpt_15_val_unseen\.json: "
+                                              r"seed pairs 1 and 2 cover different tours .*only in pair 1: \['3'\]; only in pair 2: \[\]"):
+        compare([(read_tours(a0), read_tours(b0)), (read_tours(a1m), read_tours(b1m))], resamples=100)
+    # tour 3 in house_y for the second seed: other tour files
+    (_, _), (a1h, b1h) = _seed_folders(tmp_path / "moved", (0.10, 0.30), houses=dict(HOUSES3, **{"3": "house_y"}))
+    with pytest.raises(TourSetMismatch, match=r"tour '3' is in house 'house_z' in seed pair 1 but in 'house_y' in seed pair 2"):
+        compare([(read_tours(a0), read_tours(b0)), (read_tours(a1h), read_tours(b1h))], resamples=100)
+    # A2 is really a B: the second pair's runs take the first pair's settings the other way round
+    with pytest.raises(CompareError, match=r"seed pair 2 .*swapped.*'mapping\.mode': 'episodic' .* 'iterative'"):
+        compare([(read_tours(a0), read_tours(b0)), (read_tours(b1), read_tours(a1))], resamples=100)
+    assert main(["compare", str(a0), str(b0), str(b1), str(a1), "--out", str(tmp_path / "x.json")]) == 2
+    assert "swapped" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    # the contrast checks its seeds in the same way
+    from ivln_ce.viz.paired import contrast
+    with pytest.raises(CompareError, match="swapped"):
+        contrast([(read_tours(a0), read_tours(b0)), (read_tours(a1), read_tours(b1))],
+                 [(read_tours(a0), read_tours(b0)), (read_tours(b1), read_tours(a1))], resamples=100)
+    with pytest.raises(TourSetMismatch, match="seed pairs 1 and 2 cover different tours"):
+        contrast([(read_tours(a0), read_tours(b0)), (read_tours(a1m), read_tours(b1m))],
+                 [(read_tours(a0), read_tours(b0)), (read_tours(a1m), read_tours(b1m))], resamples=100)
+    # a B table listed in another tour order is paired by tour id, not by position
+    a, b = read_tours(a0), read_tours(b0)
+    rev = replace(b, tours=b.tours[::-1], houses=b.houses[::-1], values={k: v[::-1] for k, v in b.values.items()})
+    assert list(pair(a, rev).diff["t-nDTW"]) == pytest.approx([10] * 4)
+    # the interval's level lies in (0, 1)
+    for level in ("95", "0", "1", "nan"):
+        assert main(["compare", str(a0), str(b0), "--level", level, "--out", str(tmp_path / "x.json")]) == 2
+        assert "level must lie in (0, 1)" in capsys.readouterr().err
