@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ivln_ce.data.jsonio import DataFormatError
-from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
 from ivln_ce.viz.files import read_results_json
 from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
 from ivln_ce.viz.table import identity
@@ -428,8 +428,7 @@ def _intervals(metrics: Sequence[str], diffs: Sequence[np.ndarray], paired: Sequ
     houses = np.concatenate([np.asarray(p.houses) for p in paired])
     groups = ([seeds] if len(paired) > 1 else []) + [houses]
     boot = hierarchical_bootstrap(stacked, groups, resamples, np.random.default_rng(seed))
-    tail = 100.0 * (1.0 - level) / 2.0
-    lows, highs = np.percentile(boot, [tail, 100.0 - tail], axis=0)
+    lows, highs = percentile_interval(boot, level)
     n_houses, n_tours = len(set(houses.tolist())), len({t for p in paired for t in p.tours})
     return {m: Interval(m, float(stacked[:, j].mean()), float(lows[j]), float(highs[j]), level, resamples, len(paired), n_houses,
                         n_tours, float(means_a[j]), float(means_b[j])) for j, m in enumerate(metrics)}
