@@ -341,6 +341,8 @@ def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tupl
     split = _one_split([*first, *second])
     _same_seeds(first, p1)
     _same_seeds(second, p2)
+    for k, cd in enumerate(second, start=1):  # (C, D) must differ from each other as (A, B) do, not the other way round
+        _refuse_swapped(first[0], cd, f"(C, D) pair {k}", "(A, B) pair 1", "give C and D in the order of A and B")
     metrics = [m for m in METRICS if all(m in p.a for p in (*p1, *p2))]
     notes = _left_out([*first, *second], metrics, tndtw)
     diffs, d1, d2 = [], [], []
@@ -394,13 +396,21 @@ def _same_seeds(pairs: Sequence[tuple[TourTable, TourTable]], paired: Sequence[P
                 raise TourSetMismatch(f"{a0.files['tour_dir'] / (file_component(t) + '.json')} and "
                                       f"{a.files['tour_dir'] / (file_component(t) + '.json')}, field 'scan': tour {t!r} is in house "
                                       f"{first[t]!r} in seed pair 1 but in {here[t]!r} in seed pair {k}: the seeds used different tour files")
-        for key in sorted(a0.setting.keys() & b0.setting.keys() & a.setting.keys() & b.setting.keys()):
-            x, y = a0.setting[key], b0.setting[key]
-            if x != y and (a.setting[key], b.setting[key]) == (y, x):
-                raise CompareError(f"{a.files['stats']} and {b.files['stats']}: seed pair {k} looks swapped: config {key!r}: "
-                                   f"{y!r} in its first run and {x!r} in its second, the other way round from pair 1 "
-                                   f"({a0.files['stats']}: {x!r}, {b0.files['stats']}: {y!r}); give every pair in the same "
-                                   "order (A B A2 B2 ...)")
+        _refuse_swapped((a0, b0), (a, b), f"seed pair {k}", "pair 1", "give every pair in the same order (A B A2 B2 ...)")
+
+
+def _refuse_swapped(ref: tuple[TourTable, TourTable], other: tuple[TourTable, TourTable], name: str, ref_name: str,
+                    advice: str) -> None:
+    """Refuse ``other`` when a config key on which ``ref``'s two runs differ takes the second
+    run's value in ``other``'s first and the first run's in its second: the pair was given the
+    other way round, which flips the sign of its differences."""
+    (a0, b0), (a, b) = ref, other
+    for key in sorted(a0.setting.keys() & b0.setting.keys() & a.setting.keys() & b.setting.keys()):
+        x, y = a0.setting[key], b0.setting[key]
+        if x != y and (a.setting[key], b.setting[key]) == (y, x):
+            raise CompareError(f"{a.files['stats']} and {b.files['stats']}: {name} looks swapped: config {key!r}: "
+                               f"{y!r} in its first run and {x!r} in its second, the other way round from {ref_name} "
+                               f"({a0.files['stats']}: {x!r}, {b0.files['stats']}: {y!r}); {advice}")
 
 
 def _one_split(pairs: Sequence[tuple[TourTable, TourTable]]) -> str:

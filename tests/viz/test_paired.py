@@ -298,6 +298,10 @@ def test_seeds_over_other_tours_or_houses_and_swapped_pairs_are_refused(tmp_path
     with pytest.raises(CompareError, match="swapped"):
         contrast([(read_tours(a0), read_tours(b0)), (read_tours(a1), read_tours(b1))],
                  [(read_tours(a0), read_tours(b0)), (read_tours(b1), read_tours(a1))], resamples=100)
+    # and (C, D) given the other way round from (A, B) would add the differences instead of subtracting them
+    with pytest.raises(CompareError, match=r"\(C, D\) pair 1 looks swapped.*'mapping\.mode'.*give C and D in the order of A and B"):
+        contrast([(read_tours(a0), read_tours(b0))], [(read_tours(b1), read_tours(a1))], resamples=100)
+    assert contrast([(read_tours(a0), read_tours(b0))], [(read_tours(a1), read_tours(b1))], resamples=100).intervals
     with pytest.raises(TourSetMismatch, match="seed pairs 1 and 2 cover different tours"):
         contrast([(read_tours(a0), read_tours(b0)), (read_tours(a1m), read_tours(b1m))],
                  [(read_tours(a0), read_tours(b0)), (read_tours(a1m), read_tours(b1m))], resamples=100)
