@@ -292,6 +292,8 @@ class Comparison:
     split: str
     sources: list[tuple[str, str]]  # (results a, results b) per seed
     notes: list[str] = field(default_factory=list)  # metrics left out, and why
+    #: a ``contrast`` only: per (seed, tour) row, ``"{metric} a-b"`` and ``"{metric} c-d"``
+    contrast_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -345,8 +347,8 @@ def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tupl
         _refuse_swapped(first[0], cd, f"(C, D) pair {k}", "(A, B) pair 1", "give C and D in the order of A and B")
     metrics = [m for m in METRICS if all(m in p.a for p in (*p1, *p2))]
     notes = _left_out([*first, *second], metrics, tndtw)
-    diffs, d1, d2 = [], [], []
-    for (a, _), (c, _), x, y in zip(first, second, p1, p2):
+    diffs, d1, d2, rows = [], [], [], []
+    for s, ((a, _), (c, _), x, y) in enumerate(zip(first, second, p1, p2)):
         if dict(zip(x.tours, x.houses)) != dict(zip(y.tours, y.houses)):
             raise TourSetMismatch(f"{a.files['tours']} and {c.files['tours']}: the two pairs cover different tours (or houses) "
                                   f"of {split!r}; a contrast needs all four evaluations on the same tours")
@@ -357,11 +359,14 @@ def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tupl
         diffs.append(dx - dy)
         d1.append(dx)
         d2.append(dy)
+        rows += [{"tour": t, "house": h, "seed_pair": s, **{f"{m} a-b": float(dx[i, j]) for j, m in enumerate(metrics)},
+                  **{f"{m} c-d": float(dy[i, j]) for j, m in enumerate(metrics)}}
+                 for i, (t, h) in enumerate(zip(x.tours, x.houses))]
     means_a = np.concatenate(d1).mean(axis=0)
     means_b = np.concatenate(d2).mean(axis=0)
     intervals = _intervals(metrics, diffs, p1, means_a, means_b, resamples, seed, level)
     sources = [(str(a.results), str(b.results)) for a, b in first] + [(str(c.results), str(d.results)) for c, d in second]
-    return Comparison(intervals, p1, tndtw, split, sources, notes)
+    return Comparison(intervals, p1, tndtw, split, sources, notes, rows)
 
 
 def _common_tndtw(pairs: Sequence[tuple[TourTable, TourTable]], tndtw: str) -> str:
@@ -515,7 +520,7 @@ def format_contrast(c: Comparison, names: tuple[str, str, str, str] = ("A", "B",
 
 def contrast_json(c: Comparison) -> dict[str, Any]:
     """A ``contrast`` as JSON: the four folders per seed, intervals per metric (``mean_a``: A - B,
-    ``mean_b``: C - D), notes."""
+    ``mean_b``: C - D), notes, and every tour's A - B and C - D."""
     half = len(c.sources) // 2
     return {
         "split": c.split,
@@ -524,6 +529,7 @@ def contrast_json(c: Comparison) -> dict[str, Any]:
         "sources": [{"a": a, "b": b, "c": x, "d": y} for (a, b), (x, y) in zip(c.sources[:half], c.sources[half:])],
         "intervals": {m: iv.as_dict() for m, iv in c.intervals.items()},
         "notes": list(c.notes),
+        "per_tour": [dict(r) for r in c.contrast_rows],
     }
 
 

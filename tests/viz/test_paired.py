@@ -183,6 +183,13 @@ def test_contrast_is_the_difference_of_the_paired_differences(folders, tmp_path,
     js = json.loads(out.read_text())
     assert js["contrast"] == "(A - B) - (C - D)" and js["sources"][0]["d"] == str(two_last5)
     assert js["intervals"]["CLS"]["mean"] == pytest.approx(15) and js["verdicts"]["CLS"]["word"] == "reproduced"
+    # every tour's two differences: agent 1 loses 10 CLS in house_a and 30 in house_b, agent 2 loses 5
+    rows = {r["tour"]: r for r in js["per_tour"]}
+    assert set(rows) == set(HOUSES) and all(r["seed_pair"] == 0 for r in rows.values())
+    for t, h in HOUSES.items():
+        assert rows[t]["house"] == h
+        assert (rows[t]["CLS a-b"], rows[t]["CLS c-d"]) == pytest.approx((10 if h == "house_a" else 30, 5))
+    assert np.mean([r["CLS a-b"] - r["CLS c-d"] for r in rows.values()]) == pytest.approx(js["intervals"]["CLS"]["mean"])
     assert main(["compare", str(folders[0]), str(folders[1]), "--contrast", str(two_full)]) == 2
     assert "--contrast takes one pair C D per pair A B" in capsys.readouterr().err
     # other tours in the second pair: refused
