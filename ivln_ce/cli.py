@@ -148,13 +148,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ivln_ce.data.jsonio import write_json
-    from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison, read_tours, verdict
+    from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison, verdict
     from ivln_ce.viz.paired import display_names
+    from ivln_ce.viz.report_side import read_side
 
     dirs = args.results
     if len(dirs) % 2:
         raise UsageError(f"results folders come in pairs, A B [A2 B2 ...] (one pair per training seed); got {len(dirs)}")
-    pairs = [(read_tours(a, args.split, args.label_a), read_tours(b, args.split, args.label_b))
+    pairs = [(read_side(a, args.split, args.label_a), read_side(b, args.split, args.label_b))
              for a, b in zip(dirs[::2], dirs[1::2])]
     if args.contrast is not None:
         return _compare_contrast(args, pairs)
@@ -177,14 +178,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
     from ivln_ce.data.jsonio import write_json
-    from ivln_ce.reproduce.stats import read_tours, verdict
+    from ivln_ce.reproduce.stats import verdict
     from ivln_ce.viz.paired import contrast, contrast_json, display_names, format_contrast
+    from ivln_ce.viz.report_side import read_side
 
     more = args.contrast
     if len(more) != 2 * len(pairs):
         raise UsageError(f"--contrast takes one pair C D per pair A B (one per seed): {len(pairs)} pair(s) need "
                          f"{2 * len(pairs)} folders, got {len(more)}")
-    second = [(read_tours(c, args.split, args.label_a), read_tours(d, args.split, args.label_b))
+    second = [(read_side(c, args.split, args.label_a), read_side(d, args.split, args.label_b))
               for c, d in zip(more[::2], more[1::2])]
     result = contrast(pairs, second, resamples=args.resamples, seed=args.seed, level=args.level, tndtw=args.tndtw)
     names, legend = display_names((*pairs[0], *second[0]), width=11)  # a column holds 'A - B' in 25
@@ -721,7 +723,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "hierarchical bootstrap intervals (houses, tours; seeds when several pairs)")
     cm.add_argument("results", nargs="+", metavar="RESULTS",
                     help="results folders of `ivln-ce eval` in pairs: A B [A2 B2 ...], one pair per training seed; "
-                         "differences are A - B")
+                         "differences are A - B. A saved report stands for a run whose folder is gone: "
+                         "REPORT.json#a or #b (seed pair K: #a@K), its per-tour values of that side")
     cm.add_argument("--split", default="val_unseen")
     cm.add_argument("--label-a", default=None, help="the run label in the A folders (when they hold several)")
     cm.add_argument("--label-b", default=None, help="the run label in the B folders (when they hold several)")

@@ -79,6 +79,8 @@ class TourTable:
     #: the run's setting: its resolved config without seed and cosmetic keys (``viz.table.identity``;
     #: empty when the stats file has no config), to tell a swapped seed pair
     setting: dict[str, Any] = field(default_factory=dict)
+    #: a side of a saved ``compare`` report (``viz.report_side``): the spec and the folder it stands for
+    report_origin: str | None = None
 
 
 def _number(x: Any, where: str) -> float:
@@ -239,7 +241,8 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
         bad = np.flatnonzero(np.isnan(t.values[tndtw]))
         if len(bad):
             raise CompareError(f"{t.files['tours']}: tour {t.tours[bad[0]]!r}, field {tndtw!r} is null")
-    if tndtw == "tndtw" and (a.tndtw_variant, a.tndtw_distance) != (b.tndtw_variant, b.tndtw_distance):
+    recorded = a.report_origin is None and b.report_origin is None  # a report does not keep the variant (noted)
+    if tndtw == "tndtw" and recorded and (a.tndtw_variant, a.tndtw_distance) != (b.tndtw_variant, b.tndtw_distance):
         raise CompareError(f"{a.files['stats']} (tndtw_variant {a.tndtw_variant!r}, tndtw_distance {a.tndtw_distance!r}) and "
                            f"{b.files['stats']} ({b.tndtw_variant!r}, {b.tndtw_distance!r}): the configured t-nDTW differs; "
                            "compare one variant of both (tndtw_official or tndtw_paper)")
@@ -428,6 +431,9 @@ def _one_split(pairs: Sequence[tuple[TourTable, TourTable]]) -> str:
 def _left_out(pairs: Sequence[tuple[TourTable, TourTable]], metrics: Sequence[str], tndtw: str) -> list[str]:
     notes = [f"{m} not compared: {', '.join(sorted({str(t.files['episodes']) for ab in pairs for t in ab if m not in t.values}))} "
              f"record(s) no {EPISODE_KEYS[m]!r} for any episode" for m in METRICS if m not in metrics and m != "t-nDTW"]
+    origins = dict.fromkeys(t.report_origin for ab in pairs for t in ab if t.report_origin)
+    notes += [f"{o}: read from a saved comparison report, which keeps no config or t-nDTW variant of its runs; "
+              "they were not checked against the other runs" for o in origins]
     if tndtw == NO_TNDTW:
         notes.append("t-nDTW not compared: no tour of either evaluation has one (no target tour paths for this split); "
                      "the episode metrics are paired per tour")

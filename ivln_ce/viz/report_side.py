@@ -1,0 +1,106 @@
+"""One side of a saved ``ivln-ce compare`` report, read back as an evaluation's per-tour table.
+
+A comparison report keeps every tour's values of both runs (``per_tour``: ``"<metric> a"``,
+``"<metric> b"``, its house and seed pair). When a results folder is gone (a lost machine, a
+pruned disk) but its report survives, ``REPORT.json#a`` (or ``#b``; ``#a@2`` for seed pair 2)
+stands for that run in a new comparison: the same tours, houses and per-tour numbers the
+folder gave. What the report does not keep (the run's config, its t-nDTW variant) cannot be
+checked, so every comparison that reads a side this way says so in its notes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ivln_ce.viz.paired import METRICS, TNDTW_KEYS, CompareError, TourTable, load_result, read_tours, tour_order
+
+#: ``PATH#a``, ``PATH#b``, ``PATH#a@2``: a report file, the side, and optionally the 1-based seed pair
+_SPEC = re.compile(r"^(?P<path>.+\.json)#(?P<side>[ab])(?:@(?P<pair>[1-9][0-9]*))?$")
+
+
+def is_report_side(spec: str | Path) -> bool:
+    """Whether a RESULTS argument names a side of a saved report (``FILE.json#a``) rather than a folder."""
+    return _SPEC.match(str(spec)) is not None
+
+
+def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
+    """The per-tour table of side ``a`` or ``b`` (seed pair ``@K``, default the only one) of a
+    ``compare`` report: tours, houses and per metric the values, as ``read_tours`` gives them
+    for the folder the report read. A contrast report (differences only), another split, or a
+    malformed row is a ``CompareError`` naming the file and the row."""
+    m = _SPEC.match(str(spec))
+    if m is None:
+        raise CompareError(f"{spec}: a report side is written FILE.json#a or FILE.json#b (seed pair K: FILE.json#a@K)")
+    path, side = Path(m["path"]), m["side"]
+    report = load_result(path, path.parent)
+    if not isinstance(report, dict):
+        raise CompareError(f"{path}: expected the JSON object `ivln-ce compare --out` writes, got {type(report).__name__}")
+    if "contrast" in report:
+        raise CompareError(f"{path}: a contrast report keeps differences (A - B, C - D), not one run's values; "
+                           "use a report of `ivln-ce compare A B`")
+    for key in ("split", "tndtw_field", "per_tour", "sources"):
+        if key not in report:
+            raise CompareError(f"{path}: field {key!r} missing; not a report of `ivln-ce compare`")
+    if report["split"] != split:
+        raise CompareError(f"{path}: the report compares split {report['split']!r}, not {split!r} (give --split)")
+    sources, rows = report["sources"], report["per_tour"]
+    if not isinstance(sources, list) or not sources or not isinstance(rows, list) or not rows:
+        raise CompareError(f"{path}: fields 'sources' and 'per_tour' must be non-empty lists")
+    if m["pair"] is None and len(sources) > 1:
+        raise CompareError(f"{path}: the report holds {len(sources)} seed pairs; name one: {path}#{side}@1 ... @{len(sources)}")
+    pair = int(m["pair"] or 1)
+    if pair > len(sources):
+        raise CompareError(f"{path}: seed pair {pair} asked, the report holds {len(sources)}")
+    field = report["tndtw_field"]
+    if field not in (*TNDTW_KEYS, "none"):
+        raise CompareError(f"{path}: field 'tndtw_field' must be one of {(*TNDTW_KEYS, 'none')}, got {field!r}")
+    if not all(isinstance(r, dict) for r in rows):
+        raise CompareError(f"{path}: field 'per_tour': every row must be an object")
+    mine = [r for r in rows if r.get("seed_pair") == pair - 1]
+    if not mine:
+        raise CompareError(f"{path}: no per-tour row of seed pair {pair}")
+    metrics = [x for x in METRICS if f"{x} {side}" in mine[0]]
+    if (field == "none") == ("t-nDTW" in metrics):
+        raise CompareError(f"{path}: 'tndtw_field' is {field!r} but the rows {'have' if field == 'none' else 'lack'} 't-nDTW {side}'")
+    tours, houses, values = [], [], {x: [] for x in metrics}
+    for i, r in enumerate(mine):
+        where = f"{path}: per_tour row {i} of seed pair {pair}"
+        tour, house = r.get("tour"), r.get("house")
+        if not isinstance(tour, str) or not tour or not isinstance(house, str) or not house:
+            raise CompareError(f"{where}: fields 'tour' and 'house' must be non-empty strings")
+        if tour in tours:
+            raise CompareError(f"{where}: tour {tour!r} appears twice")
+        tours.append(tour)
+        houses.append(house)
+        for x in metrics:
+            values[x].append(_number(r.get(f"{x} {side}"), f"{where}, field '{x} {side}'"))
+    order = sorted(range(len(tours)), key=lambda k: tour_order(tours[k]))
+    arrays = {x: np.asarray([values[x][k] for k in order], dtype=np.float64) for x in metrics}
+    nan = np.full(len(tours), math.nan)
+    for k in TNDTW_KEYS:
+        arrays[k] = arrays["t-nDTW"] if k == field else nan
+    origin = str(sources[pair - 1].get(side, "?")) if isinstance(sources[pair - 1], dict) else "?"
+    files = {name: path for name in ("stats", "tours", "episodes", "tour_dir")}
+    return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order), tuple(houses[k] for k in order),
+                     arrays, None, None, files | {"report": path}, {}, report_origin=f"{spec} (per-tour values of {origin})")
+
+
+def _number(x: Any, where: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise CompareError(f"{where}: expected a finite number, got {x!r}")
+    return float(x)
+
+
+def read_side(spec: str | Path, split: str = "val_unseen", label: str | None = None) -> TourTable:
+    """A RESULTS argument of ``ivln-ce compare``: a results folder (``read_tours``), or a side of a
+    saved report (``FILE.json#a``; a folder of that name wins)."""
+    if is_report_side(spec) and not Path(spec).is_dir():
+        if label is not None:
+            raise CompareError(f"{spec}: --label-a/--label-b pick a run in a results folder; a report side holds one run")
+        return read_report_side(spec, split)
+    return read_tours(spec, split, label)
