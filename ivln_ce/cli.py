@@ -155,6 +155,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     dirs = args.results
     if len(dirs) % 2:
         raise UsageError(f"results folders come in pairs, A B [A2 B2 ...] (one pair per training seed); got {len(dirs)}")
+    _labels_have_folders(args, dirs + (args.contrast or []))
     pairs = [(read_side(a, args.split, args.label_a), read_side(b, args.split, args.label_b))
              for a, b in zip(dirs[::2], dirs[1::2])]
     if args.contrast is not None:
@@ -174,6 +175,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     write_json(out, comparison_json(result, verdicts), indent=2)
     print(f"wrote {out}")
     return 0
+
+
+def _labels_have_folders(args: argparse.Namespace, specs: list[str]) -> None:
+    """--label-a/--label-b pick a run in results folders; refuse one that no folder of its side takes."""
+    from ivln_ce.viz.report_side import is_report_side
+
+    for flag, label, side in (("--label-a", args.label_a, specs[::2]), ("--label-b", args.label_b, specs[1::2])):
+        if label is not None and all(is_report_side(s) and not Path(s).is_dir() for s in side):
+            raise UsageError(f"{flag}: picks a run in a results folder, but every {flag[-1].upper()} given is a side of a "
+                             "saved report (one run each)")
 
 
 def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
@@ -724,7 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
     cm.add_argument("results", nargs="+", metavar="RESULTS",
                     help="results folders of `ivln-ce eval` in pairs: A B [A2 B2 ...], one pair per training seed; "
                          "differences are A - B. A saved report stands for a run whose folder is gone: "
-                         "REPORT.json#a or #b (seed pair K: #a@K), its per-tour values of that side")
+                         "REPORT.json#a or #b (seed pair K: #a@K), its per-tour values of that side "
+                         "(--label-a/--label-b then apply to the folders only)")
     cm.add_argument("--split", default="val_unseen")
     cm.add_argument("--label-a", default=None, help="the run label in the A folders (when they hold several)")
     cm.add_argument("--label-b", default=None, help="the run label in the B folders (when they hold several)")

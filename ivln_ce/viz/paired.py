@@ -230,6 +230,11 @@ def pair(a: TourTable, b: TourTable, tndtw: str = "auto") -> Paired:
         complete = [k for k in ("tndtw", "tndtw_paper") if not (np.isnan(a.values[k]).any() or np.isnan(b.values[k]).any())]
         if not complete and not has_tndtw(a) and not has_tndtw(b):
             tndtw = NO_TNDTW  # neither run scored any tour (no target tour paths, e.g. episodic R4R): episode metrics only
+        elif not complete and (a.report_origin or b.report_origin):
+            held = {k for t in (a, b) if t.report_origin for k in TNDTW_KEYS if not np.isnan(t.values[k]).all()}
+            raise CompareError(f"{a.results} and {b.results}: a report side holds t-nDTW only as the field its comparison used "
+                               f"({', '.join(sorted(held)) or 'none'}), which the other run lacks for some tour; "
+                               f"give --tndtw {sorted(held)[0] if held else 'tndtw_paper'} or another report")
         elif not complete:
             raise CompareError(f"{a.files['tours']} and {b.files['tours']}: some tour has neither 'tndtw' nor 'tndtw_paper' "
                                "(no target tour paths for this split?)")
@@ -386,9 +391,10 @@ def _common_tndtw(pairs: Sequence[tuple[TourTable, TourTable]], tndtw: str) -> s
 def _same_seeds(pairs: Sequence[tuple[TourTable, TourTable]], paired: Sequence[Paired]) -> None:
     """Refuse seed pairs that cannot be pooled: every seed must cover the same tours in the same
     houses (else the pooled mean weighs the seeds by their tour counts and the tours differ
-    between seeds), and no pair may be given the other way round: a config key on which pair 1's
-    A and B differ must not take A's value in a later pair's B and B's in its A (``A B B2 A2``
-    would flip that seed's sign and drag the interval towards 0)."""
+    between seeds), and no pair may be given the other way round: a config key on which the
+    reference pair's A and B differ must not take A's value in another pair's B and B's in its A
+    (``A B B2 A2`` would flip that seed's sign and drag the interval towards 0). The reference is
+    pair 1, or the first pair whose runs both have configs when pair 1 has a report side."""
     first = dict(zip(paired[0].tours, paired[0].houses))
     (a0, b0) = pairs[0]
     for k, ((a, b), p) in enumerate(zip(pairs[1:], paired[1:]), start=2):
@@ -404,7 +410,10 @@ def _same_seeds(pairs: Sequence[tuple[TourTable, TourTable]], paired: Sequence[P
                 raise TourSetMismatch(f"{a0.files['tour_dir'] / (file_component(t) + '.json')} and "
                                       f"{a.files['tour_dir'] / (file_component(t) + '.json')}, field 'scan': tour {t!r} is in house "
                                       f"{first[t]!r} in seed pair 1 but in {here[t]!r} in seed pair {k}: the seeds used different tour files")
-        _refuse_swapped((a0, b0), (a, b), f"seed pair {k}", "pair 1", "give every pair in the same order (A B A2 B2 ...)")
+    ref = next((k for k, (a, b) in enumerate(pairs, start=1) if a.setting and b.setting), 1)
+    for k, (a, b) in enumerate(pairs, start=1):
+        if k != ref:
+            _refuse_swapped(pairs[ref - 1], (a, b), f"seed pair {k}", f"pair {ref}", "give every pair in the same order (A B A2 B2 ...)")
 
 
 def _refuse_swapped(ref: tuple[TourTable, TourTable], other: tuple[TourTable, TourTable], name: str, ref_name: str,

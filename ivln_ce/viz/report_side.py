@@ -19,6 +19,8 @@ import numpy as np
 
 from ivln_ce.viz.paired import METRICS, TNDTW_KEYS, CompareError, TourTable, load_result, read_tours, tour_order
 
+#: the metrics every evaluation has (``read_tours``); SDTW and CLS may be absent
+REQUIRED = ("SR", "SPL", "nDTW")
 #: ``PATH#a``, ``PATH#b``, ``PATH#a@2``: a report file, the side, and optionally the 1-based seed pair
 _SPEC = re.compile(r"^(?P<path>.+\.json)#(?P<side>[ab])(?:@(?P<pair>[1-9][0-9]*))?$")
 
@@ -59,22 +61,28 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     field = report["tndtw_field"]
     if field not in (*TNDTW_KEYS, "none"):
         raise CompareError(f"{path}: field 'tndtw_field' must be one of {(*TNDTW_KEYS, 'none')}, got {field!r}")
-    if not all(isinstance(r, dict) for r in rows):
-        raise CompareError(f"{path}: field 'per_tour': every row must be an object")
-    mine = [r for r in rows if r.get("seed_pair") == pair - 1]
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or not _count(r.get("seed_pair")):
+            raise CompareError(f"{path}: per_tour row {i}: expected an object with an integer 'seed_pair' >= 0")
+    mine = [r for r in rows if r["seed_pair"] == pair - 1]
     if not mine:
         raise CompareError(f"{path}: no per-tour row of seed pair {pair}")
     metrics = [x for x in METRICS if f"{x} {side}" in mine[0]]
+    lacking = [f"'{x} {side}'" for x in REQUIRED if x not in metrics]
+    if lacking:
+        raise CompareError(f"{path}: per_tour row 0 of seed pair {pair}: field(s) {', '.join(lacking)} missing "
+                           "(every evaluation has SR, SPL and nDTW)")
     if (field == "none") == ("t-nDTW" in metrics):
         raise CompareError(f"{path}: 'tndtw_field' is {field!r} but the rows {'have' if field == 'none' else 'lack'} 't-nDTW {side}'")
-    tours, houses, values = [], [], {x: [] for x in metrics}
+    tours, houses, values, seen = [], [], {x: [] for x in metrics}, set()
     for i, r in enumerate(mine):
         where = f"{path}: per_tour row {i} of seed pair {pair}"
         tour, house = r.get("tour"), r.get("house")
         if not isinstance(tour, str) or not tour or not isinstance(house, str) or not house:
             raise CompareError(f"{where}: fields 'tour' and 'house' must be non-empty strings")
-        if tour in tours:
+        if tour in seen:
             raise CompareError(f"{where}: tour {tour!r} appears twice")
+        seen.add(tour)
         tours.append(tour)
         houses.append(house)
         for x in metrics:
@@ -87,7 +95,11 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     origin = str(sources[pair - 1].get(side, "?")) if isinstance(sources[pair - 1], dict) else "?"
     files = {name: path for name in ("stats", "tours", "episodes", "tour_dir")}
     return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order), tuple(houses[k] for k in order),
-                     arrays, None, None, files | {"report": path}, {}, report_origin=f"{spec} (per-tour values of {origin})")
+                     arrays, None, None, files | {"report": path}, {}, report_origin=f"{spec} (per-tour values of {origin}; t-nDTW field {field!r})")
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _number(x: Any, where: str) -> float:
@@ -97,10 +109,9 @@ def _number(x: Any, where: str) -> float:
 
 
 def read_side(spec: str | Path, split: str = "val_unseen", label: str | None = None) -> TourTable:
-    """A RESULTS argument of ``ivln-ce compare``: a results folder (``read_tours``), or a side of a
-    saved report (``FILE.json#a``; a folder of that name wins)."""
+    """A RESULTS argument of ``ivln-ce compare``: a results folder (``read_tours``, ``label``
+    picking its run), or a side of a saved report (``FILE.json#a``; one run, so ``label`` does
+    not apply; a folder of that name wins)."""
     if is_report_side(spec) and not Path(spec).is_dir():
-        if label is not None:
-            raise CompareError(f"{spec}: --label-a/--label-b pick a run in a results folder; a report side holds one run")
         return read_report_side(spec, split)
     return read_tours(spec, split, label)

@@ -49,7 +49,7 @@ def test_each_side_of_a_report_compares_as_its_folder(runs, tmp_path, capsys):
         (keys_r, nums_r), (keys_f, nums_f) = _intervals(from_report), _intervals(from_folder)
         assert keys_r == keys_f and nums_r == pytest.approx(nums_f)
         assert from_folder.notes == [] and len(from_report.notes) == 1
-        assert from_report.notes[0].startswith(f"{report}#{side} (per-tour values of {folder}): read from a saved comparison report")
+        assert from_report.notes[0].startswith(f"{report}#{side} (per-tour values of {folder}; t-nDTW field 'tndtw'): read from a saved comparison report")
     # the contrast (full - last5) - (third - last5) from the report's two sides equals the folders'
     c_rep = contrast([(read_side(f"{report}#a"), read_side(f"{report}#b"))], [(third, read_side(f"{report}#b"))], resamples=2000)
     c_dir = contrast([(read_tours(runs[0]), read_tours(runs[1]))], [(third, read_tours(runs[1]))], resamples=2000)
@@ -73,7 +73,10 @@ def test_the_cli_takes_a_report_side_in_place_of_a_folder(runs, tmp_path, capsys
     again = read_report_side(f"{a}#a")
     assert list(again.values["t-nDTW"]) == pytest.approx([70, 60, 50, 40]) and again.houses == read_tours(runs[0]).houses
     assert main(["compare", f"{report}#a", str(runs[2]), "--label-a", "cma"]) == 2
-    assert "a report side holds one run" in capsys.readouterr().err
+    assert "--label-a: picks a run in a results folder, but every A given is a side of a saved report" in capsys.readouterr().err
+    # with a folder among the A sides the label picks its run, and the report side needs none
+    assert main(["compare", f"{report}#a", str(runs[2]), str(runs[0]), str(runs[2]), "--label-a", "cma", "--resamples", "100",
+                 "--out", str(tmp_path / "mixed.json")]) == 0
 
 
 def test_a_report_of_several_seed_pairs_needs_the_pair_named(tmp_path):
@@ -110,6 +113,14 @@ def test_reports_that_cannot_stand_for_one_run_are_refused(runs, tmp_path):
         read_report_side(bad(lambda d: d["per_tour"][2].update({"CLS a": "0.7"}), "n.json"))
     with pytest.raises(CompareError, match=r"per_tour row 1 of seed pair 1: tour '0' appears twice"):
         read_report_side(bad(lambda d: d["per_tour"][1].update(tour="0"), "d.json"))
+    with pytest.raises(CompareError, match=r"per_tour row 0 of seed pair 1: field\(s\) 'SR a', 'nDTW a' missing"):
+        read_report_side(bad(lambda d: [r.pop(k) for r in d["per_tour"] for k in ("SR a", "nDTW a")], "m.json"))
+    with pytest.raises(CompareError, match=r"per_tour row 3: expected an object with an integer 'seed_pair' >= 0"):
+        read_report_side(bad(lambda d: d["per_tour"][3].update(seed_pair=False), "b.json"))
+    with pytest.raises(CompareError, match="no per-tour row of seed pair 1"):
+        read_report_side(bad(lambda d: [r.update(seed_pair=1) for r in d["per_tour"]], "s.json"))
+    with pytest.raises(CompareError, match="fields 'sources' and 'per_tour' must be non-empty lists"):
+        read_report_side(bad(lambda d: d.update(sources={"a": "x"}), "l.json"))
     with pytest.raises(CompareError, match="fields 'tour' and 'house' must be non-empty strings"):
         read_report_side(bad(lambda d: d["per_tour"][0].pop("house"), "h.json"))
     with pytest.raises(CompareError, match="'tndtw_field' is 'none' but the rows have 't-nDTW a'"):
@@ -135,3 +146,39 @@ def test_the_t_ndtw_variant_check_still_holds_between_folders(runs, tmp_path):
     report = _report(runs, tmp_path)
     c = compare([(read_tours(other), read_side(f"{report}#b"))], resamples=100)
     assert len(c.notes) == 1 and "t-nDTW variant" in c.notes[0]
+
+
+def test_a_folder_named_like_a_report_side_is_read_as_a_folder(runs, tmp_path):
+    odd = write_eval(tmp_path / "odd.json#a", "cma", FULL, TNDTW_FULL)
+    assert is_report_side(str(odd)) and read_side(str(odd)).files["stats"].parent == odd
+    assert read_side(str(odd)).report_origin is None
+
+
+def test_a_report_that_compared_another_t_ndtw_field_says_so(runs, tmp_path, capsys):
+    """A report keeps t-nDTW only under the field its comparison used: `auto` takes the paper
+    variant when that is the field, and a field `auto` never takes is refused with the flag to give."""
+    paper = tmp_path / "paper.json"
+    assert main(["compare", str(runs[0]), str(runs[1]), "--tndtw", "tndtw_paper", "--resamples", "200", "--out", str(paper)]) == 0
+    c = compare([(read_side(f"{paper}#a"), read_tours(runs[2]))], resamples=200)
+    assert c.tndtw_field == "tndtw_paper" and "t-nDTW field 'tndtw_paper'" in c.notes[0]
+    official = tmp_path / "official.json"
+    assert main(["compare", str(runs[0]), str(runs[1]), "--tndtw", "tndtw_official", "--resamples", "200", "--out", str(official)]) == 0
+    with pytest.raises(CompareError, match=r"a report side holds t-nDTW only as the field its comparison used \(tndtw_official\).*"
+                                           r"give --tndtw tndtw_official"):
+        compare([(read_side(f"{official}#b"), read_tours(runs[2]))], resamples=200)
+    given = compare([(read_side(f"{official}#b"), read_tours(runs[2]))], resamples=200, tndtw="tndtw_official")
+    folder = compare([(read_tours(runs[1]), read_tours(runs[2]))], resamples=200, tndtw="tndtw_official")
+    assert given.intervals["t-nDTW"].mean == pytest.approx(folder.intervals["t-nDTW"].mean)
+
+
+def test_a_report_side_in_the_first_pair_keeps_the_swap_check_on_the_others(tmp_path):
+    """Pair 1 (a report side: no config) cannot be the reference, so pair 2 is, and a swapped
+    pair 3 is still refused."""
+    (a0, b0), (a1, b1), (a2, b2) = _seed_folders(tmp_path, [0.10, 0.30, 0.20])
+    out = tmp_path / "s0.json"
+    assert main(["compare", str(a0), str(b0), "--resamples", "100", "--out", str(out)]) == 0
+    ok = [(read_side(f"{out}#a"), read_tours(b0)), (read_tours(a1), read_tours(b1)), (read_tours(a2), read_tours(b2))]
+    assert compare(ok, resamples=100).intervals["t-nDTW"].seeds == 3
+    swapped = ok[:2] + [(read_tours(b2), read_tours(a2))]
+    with pytest.raises(CompareError, match=r"seed pair 3 looks swapped: config 'mapping\.mode'.*pair 2"):
+        compare(swapped, resamples=100)
