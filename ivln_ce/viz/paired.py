@@ -413,7 +413,8 @@ def _same_seeds(pairs: Sequence[tuple[TourTable, TourTable]], paired: Sequence[P
     ref = next((k for k, (a, b) in enumerate(pairs, start=1) if a.setting and b.setting), 1)
     for k, (a, b) in enumerate(pairs, start=1):
         if k != ref:
-            _refuse_swapped(pairs[ref - 1], (a, b), f"seed pair {k}", f"pair {ref}", "give every pair in the same order (A B A2 B2 ...)")
+            _refuse_swapped(pairs[ref - 1], (a, b), f"seed pair {k}", f"pair {ref}",
+                            "give every pair in the same order (A B A2 B2 ...)")
 
 
 def _refuse_swapped(ref: tuple[TourTable, TourTable], other: tuple[TourTable, TourTable], name: str, ref_name: str,

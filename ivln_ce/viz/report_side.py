@@ -94,8 +94,9 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
         arrays[k] = arrays["t-nDTW"] if k == field else nan
     origin = str(sources[pair - 1].get(side, "?")) if isinstance(sources[pair - 1], dict) else "?"
     files = {name: path for name in ("stats", "tours", "episodes", "tour_dir")}
-    return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order), tuple(houses[k] for k in order),
-                     arrays, None, None, files | {"report": path}, {}, report_origin=f"{spec} (per-tour values of {origin}; t-nDTW field {field!r})")
+    return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order),
+                     tuple(houses[k] for k in order), arrays, None, None, files | {"report": path}, {},
+                     report_origin=f"{spec} (per-tour values of {origin}; t-nDTW field {field!r})")
 
 
 def _count(x: Any) -> bool:
