@@ -179,10 +179,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _labels_have_folders(args: argparse.Namespace, specs: list[str]) -> None:
     """--label-a/--label-b pick a run in results folders; refuse one that no folder of its side takes."""
-    from ivln_ce.viz.report_side import is_report_side
+    from ivln_ce.viz.report_side import reads_as_report
 
     for flag, label, side in (("--label-a", args.label_a, specs[::2]), ("--label-b", args.label_b, specs[1::2])):
-        if label is not None and all(is_report_side(s) and not Path(s).is_dir() for s in side):
+        if label is not None and all(reads_as_report(s) for s in side):
             raise UsageError(f"{flag}: picks a run in a results folder, but every {flag[-1].upper()} given is a side of a "
                              "saved report (one run each)")
 

@@ -30,6 +30,12 @@ def is_report_side(spec: str | Path) -> bool:
     return _SPEC.match(str(spec)) is not None
 
 
+def reads_as_report(spec: str | Path) -> bool:
+    """Whether ``ivln-ce compare`` reads this RESULTS argument from a saved report: it is written
+    as a report side and no folder of that name exists (a folder wins)."""
+    return is_report_side(spec) and not Path(spec).is_dir()
+
+
 def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     """The per-tour table of side ``a`` or ``b`` (seed pair ``@K``, default the only one) of a
     ``compare`` report: tours, houses and per metric the values, as ``read_tours`` gives them
@@ -95,7 +101,7 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     origin = str(sources[pair - 1].get(side, "?")) if isinstance(sources[pair - 1], dict) else "?"
     files = {name: path for name in ("stats", "tours", "episodes", "tour_dir")}
     return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order),
-                     tuple(houses[k] for k in order), arrays, None, None, files | {"report": path}, {},
+                     tuple(houses[k] for k in order), arrays, None, None, files, {},
                      report_origin=f"{spec} (per-tour values of {origin}; t-nDTW field {field!r})")
 
 
@@ -113,6 +119,6 @@ def read_side(spec: str | Path, split: str = "val_unseen", label: str | None = N
     """A RESULTS argument of ``ivln-ce compare``: a results folder (``read_tours``, ``label``
     picking its run), or a side of a saved report (``FILE.json#a``; one run, so ``label`` does
     not apply; a folder of that name wins)."""
-    if is_report_side(spec) and not Path(spec).is_dir():
+    if reads_as_report(spec):
         return read_report_side(spec, split)
     return read_tours(spec, split, label)
