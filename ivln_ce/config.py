@@ -286,7 +286,12 @@ class StoreCodec(str, enum.Enum):
 
 class Precision(str, enum.Enum):
     fp32 = "fp32"  # float32 everywhere (the official numbers)
-    bf16 = "bf16"  # torch.autocast with bfloat16: matmuls and convolutions in bf16, weights, GRU state and losses fp32
+    bf16 = "bf16"  # torch.autocast with bfloat16: matmuls and convolutions in bf16; weights, recurrent layers and losses fp32
+
+
+class SequenceForward(str, enum.Enum):
+    whole = "whole"  # every layer over the (T, B) batch at once, the GRUs as whole-sequence calls (cuDNN on CUDA)
+    step = "step"  # the per-step loop that evaluation's ``act`` runs: the reference of ``whole``, equal within 1e-5
 
 
 @dataclass
@@ -370,6 +375,9 @@ class TrainConfig:
     eval_tours: list[str] = field(default_factory=list)
     #: arithmetic of the training forward pass (docs/results/precision.md measures bf16 on CPU)
     precision: Precision = Precision.fp32
+    #: how the training forward runs a batch of (T, B) sequences: whole (launches that do not grow
+    #: with T) or step (one ``CMANet.step`` per timestep: the reference, equal within 1e-5)
+    sequence_forward: SequenceForward = SequenceForward.whole
     #: reinforcement fine-tuning (train.trainer=rl)
     rl: RLConfig = field(default_factory=RLConfig)
 

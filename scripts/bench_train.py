@@ -25,6 +25,10 @@ run on the tiny synthetic benchmark:
 
     python scripts/bench_train.py [--data data/synthetic_tiny] [--episodes 24] [--batch 5] [--steps 10] [--small]
                                   [--precision fp32,bf16]
+
+5. With ``--sequence`` (and only then): the training step's whole-sequence forward against the
+   per-step loop, timesteps/s and kernel launches or operator calls per optimizer step
+   (``scripts/bench_train_sequence.py``, which takes the remaining options).
 """
 
 from __future__ import annotations
@@ -40,8 +44,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ivln_ce.benchmark.synthetic import build_synthetic
-from ivln_ce.config import load_config
+if "--sequence" in sys.argv[1:]:  # numpy and torch only: runs on a bare GPU machine
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_train_sequence import main as sequence_main
+
+    sys.exit(sequence_main(sys.argv[1:]))
+
+from ivln_ce.benchmark.synthetic import build_synthetic  # noqa: E402
+from ivln_ce.config import load_config  # noqa: E402
 
 
 def msgpack_official(ep, fp16: bool) -> bytes:

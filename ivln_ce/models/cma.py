@@ -20,10 +20,12 @@ MAP-CMA     agent          agent          -
 (*) ``reset_state_gru_per_episode=True`` gives the paper's TourCMA (h2 resets per episode).
 The previous-action embedding index is (prev_action + 1) * agent_mask for every model.
 
-Two entry points share one per-step function, so they agree exactly: ``act`` (batched,
-state keyed by stream id: reordering or pausing environments changes nothing; the
-instruction is encoded once per episode; the caller records the *executed* actions with
-``PolicyState.record_actions``) and ``forward_sequence`` (T x N training input).
+Two entry points: ``act`` (batched, state keyed by stream id: reordering or pausing
+environments changes nothing; the instruction is encoded once per episode; the caller records
+the *executed* actions with ``PolicyState.record_actions``) runs ``CMANet.step``, and
+``forward_sequence`` (T x N training input) runs ``CMANet.sequence``, every layer over the whole
+sequence at once, or with ``mode="step"`` the same per-step function as ``act`` (the reference
+the whole-sequence path is tested against, within 1e-5).
 """
 
 from __future__ import annotations
@@ -38,9 +40,14 @@ from torch import nn
 
 from ivln_ce.models.encoders import DepthEncoder, InstructionEncoder, RGBEncoder
 from ivln_ce.models.losses import progress_monitor_loss
+from ivln_ce.models.precision import fp32_region
 
 HIDDEN = 512
 VARIANTS = ("cma", "tourcma", "poolcma", "poolendcma")
+#: how training runs a (T, N) sequence: ``whole`` (every layer over T x N at once, the recurrent
+#: layers as whole-sequence calls) or ``step`` (``CMANet.step`` T times: the reference, and what
+#: ``act`` runs); ``train.sequence_forward`` selects it
+SEQUENCE_FORWARDS = ("whole", "step")
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
@@ -53,7 +60,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 class RNNStateEncoder(nn.Module):
-    """A single-layer GRU (``rnn``) with orthogonal weights and zero biases, reset by masks."""
+    """A single-layer GRU (``rnn``) with orthogonal weights and zero biases, reset by masks.
+
+    It runs in float32 under bf16 autocast too (``precision.fp32_region``)."""
 
     def __init__(self, input_size: int, hidden_size: int = HIDDEN):
         super().__init__()
@@ -66,9 +75,30 @@ class RNNStateEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One step: x (N, in), h (N, H), mask (N,) 1 keep / 0 reset -> new h (N, H)."""
-        h = h * mask[:, None]
-        out, _ = self.rnn(x[None], h[None].contiguous())
+        h = h.float() * mask[:, None]
+        with fp32_region(x.device):
+            out, _ = self.rnn(x.float()[None], h[None].contiguous())
         return out[0]
+
+    def sequence(self, x: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Every step of a sequence: x (T, N, in), h (N, H), mask (T, N) -> states (T, N, H).
+
+        Equal to ``forward`` applied T times. The GRU runs once per segment between the steps
+        where some column resets (mask 0): one call (cuDNN on CUDA) when only t = 0 resets, as
+        in episodic and tour-sequential batches; a column that does not reset at a segment's
+        start is multiplied by 1, which changes nothing."""
+        T = x.shape[0]
+        resets = torch.nonzero((mask[1:] == 0).any(dim=1)).flatten().add_(1).tolist()  # one host sync
+        bounds = [0, *resets, T]
+        h = h.float()
+        x = x.float()
+        outs = []
+        with fp32_region(x.device):
+            for s, e in zip(bounds[:-1], bounds[1:]):
+                out, last = self.rnn(x[s:e], (h * mask[s][:, None])[None].contiguous())
+                outs.append(out)
+                h = last[0]
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 class CategoricalHead(nn.Module):
@@ -175,6 +205,63 @@ class CMANet(nn.Module):
         progress = torch.tanh(self.progress_monitor(h2)).squeeze(1)
         return out, progress, new
 
+    # --- a whole sequence ------------------------------------------------------------
+    def sequence(self, instruction: torch.Tensor, instruction_mask: torch.Tensor, prev_actions: torch.Tensor,
+                 agent_masks: torch.Tensor, tour_masks: torch.Tensor, visual: dict[str, torch.Tensor],
+                 h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``step`` over T steps at once: inputs (T, N, ...), ``visual`` (T, N, ...) features,
+        ``h0`` (N, L, 512) -> features for the action head (T, N, 512), progress (T, N) and the
+        state after every step (T, N, L, 512).
+
+        Everything but the recurrences runs over T x N in one call; each GRU runs over the
+        whole sequence (``RNNStateEncoder.sequence``). PoolCMA's first GRU reads the tour
+        memory M, the running maximum of its own past outputs, so for the pool variants that
+        GRU alone steps in a loop (a few operations per step); the rest is batched."""
+        T, N = prev_actions.shape
+        am, tm = agent_masks.float(), tour_masks.float()
+        prev = self.prev_action_embedding(((prev_actions.long() + 1) * am.long()).clamp(min=0))  # (T, N, 32)
+        flat = {k: v.flatten(0, 1) for k, v in visual.items()}
+        parts = [p.view(T, N, -1) for p in self._visual_in(flat)] + [prev]
+        mask1 = tm if self.variant == "tourcma" else am
+        mask2 = am if (self.variant != "tourcma" or self.reset_state_gru_per_episode) else tm
+        if self.pool:
+            h1, memory_in, memory = self._pooled_first_gru(torch.cat(parts, dim=2), h0, mask1, tm)
+        else:
+            h1 = self.state_encoder.sequence(torch.cat(parts, dim=2), h0[:, 0], mask1)
+        q = self.state_q(h1)  # (T, N, 256)
+        k = self.text_k(instruction)  # (N, 256, S)
+        logits = torch.einsum("tnd,nds->tns", q, k).masked_fill(~instruction_mask[None], -1e8)
+        text = torch.einsum("tns,nes->tne", torch.softmax(logits * self._scale, dim=2), instruction)
+        q2 = self.text_q(text)
+        att = [a.view(T, N, -1) for a in self._visual_att(q2.flatten(0, 1), flat)]
+        feats = torch.cat([h1, text, *att, prev], dim=2)
+        h2 = self.second_state_encoder.sequence(self.second_state_compress(feats), h0[:, 1], mask2)
+        out = h2
+        states = [h1, h2]
+        if self.pool:
+            states.append(memory)
+            if self.variant == "poolendcma":
+                out = self.out_layer(torch.cat([h2, memory_in], dim=2))
+        progress = torch.tanh(self.progress_monitor(h2)).squeeze(2)
+        return out, progress, torch.stack([s.float() for s in states], dim=2)
+
+    def _pooled_first_gru(self, x: torch.Tensor, h0: torch.Tensor, mask1: torch.Tensor, tm: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """PoolCMA's first GRU, step by step: its input at t is [x_t, M_{t-1} * tour mask]; M_t =
+        max(that, h1_t) without gradient, as in ``step``. -> h1, the M read at each step, the M
+        after each step (each (T, N, 512))."""
+        h, memory = h0[:, 0], h0[:, 2]
+        h1s, ins, outs = [], [], []
+        for t in range(x.shape[0]):
+            m = memory * tm[t][:, None]
+            h = self.state_encoder(torch.cat([x[t], m], dim=1), h, mask1[t])
+            with torch.no_grad():
+                memory = torch.maximum(m, h)
+            h1s.append(h)
+            ins.append(m)
+            outs.append(memory)
+        return torch.stack(h1s), torch.stack(ins), torch.stack(outs)
+
 
 @dataclass
 class PolicyState:
@@ -212,8 +299,9 @@ class CMAPolicy(nn.Module):
     """A CMA-family policy: ``net`` + ``action_distribution`` (official key layout).
 
     Training switches the policy carries (set from ``train.*`` by ``models.factory``):
-    ``bn_train_mode`` (T3: collect in train mode, see ``collection_mode``) and
-    ``pm_broadcast_bug`` (T1: used by ``progress_loss``)."""
+    ``bn_train_mode`` (T3: collect in train mode, see ``collection_mode``),
+    ``pm_broadcast_bug`` (T1: used by ``progress_loss``) and ``sequence_forward`` (whole or
+    step, see ``forward_sequence_features``)."""
 
     def __init__(self, variant: str = "cma", vocab_size: int = 2504, embeddings=None, depth_backbone: str = "resnet50",
                  rgb_depth: int = 50, *, reset_state_gru_per_episode: bool = False, bn_train_mode: bool = False,
@@ -228,6 +316,7 @@ class CMAPolicy(nn.Module):
         self.action_distribution = CategoricalHead()
         self.bn_train_mode = bn_train_mode
         self.pm_broadcast_bug = pm_broadcast_bug
+        self.sequence_forward = "whole"
 
     def collection_mode(self) -> "CMAPolicy":
         """The mode for collecting rollouts: train mode when T3 is reproduced (BatchNorm uses
@@ -299,6 +388,7 @@ class CMAPolicy(nn.Module):
         tour_masks: torch.Tensor,
         h0: torch.Tensor | None = None,
         lengths: torch.Tensor | None = None,
+        mode: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Training forward over (T, N, ...) inputs -> logits (T, N, 4), progress (T, N), h.
 
@@ -307,7 +397,7 @@ class CMAPolicy(nn.Module):
         last step, or with ``lengths`` (N,) the state after each column's step ``lengths - 1``
         (its true last step; tour-sequential training carries that one unless T2 is reproduced).
         """
-        logits, progress, h, _ = self.forward_sequence_features(observations, prev_actions, agent_masks, tour_masks, h0, lengths)
+        logits, progress, h, _ = self.forward_sequence_features(observations, prev_actions, agent_masks, tour_masks, h0, lengths, mode)
         return logits, progress, h
 
     def forward_sequence_features(
@@ -318,14 +408,30 @@ class CMAPolicy(nn.Module):
         tour_masks: torch.Tensor,
         h0: torch.Tensor | None = None,
         lengths: torch.Tensor | None = None,
+        mode: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``forward_sequence`` plus the action head's input features (T, N, 512): what a
-        value head reads (``ivln_ce.rl``); the logits are computed step by step as before."""
+        value head reads (``ivln_ce.rl``).
+
+        ``mode`` (default: the policy's ``sequence_forward``, set from ``train.sequence_forward``)
+        is ``whole`` (``CMANet.sequence``: launches that do not grow with T) or ``step`` (the
+        per-step loop of ``act``, the reference the whole-sequence path is tested against)."""
+        mode = mode or self.sequence_forward
+        if mode not in SEQUENCE_FORWARDS:
+            raise ValueError(f"sequence forward must be one of {SEQUENCE_FORWARDS}, got {mode!r}")
         T, N = prev_actions.shape
         instr, instr_mask = self.net.instruction_encoder(observations["instruction"][0])
         visual = self.net.encode_visual({k: v.flatten(0, 1) for k, v in observations.items() if k != "instruction"})
         visual = {k: v.view(T, N, *v.shape[1:]) for k, v in visual.items()}
         h = h0 if h0 is not None else torch.zeros(N, self.num_recurrent_layers, HIDDEN, device=prev_actions.device)
+        if mode == "whole":
+            out, progress, states = self.net.sequence(instr, instr_mask, prev_actions, agent_masks, tour_masks, visual, h)
+            if lengths is None:
+                last = states[-1]
+            else:
+                ends = (lengths.to(states.device).long() - 1).clamp(min=0)
+                last = states[ends, torch.arange(N, device=states.device)]
+            return self.action_distribution(out), progress, last, out
         logits, progress, features = [], [], []
         last = h
         for t in range(T):

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ivln_ce.models.precision import fp32_region
 from ivln_ce.models.resnet import DDPPOResNet, ResNet
 
 
@@ -63,8 +64,9 @@ class InstructionEncoder(nn.Module):
         """tokens (N, L_pad) -> features (N, 256, L_max) and a valid mask (N, L_max)."""
         emb = self.embedding_layer(tokens.long())
         lengths = (emb.abs().sum(dim=2) != 0).sum(dim=1).clamp(min=1)  # official: non-zero embedding rows
-        packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, _ = self.encoder_rnn(packed)
+        packed = pack_padded_sequence(emb.float(), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        with fp32_region(tokens.device):
+            out, _ = self.encoder_rnn(packed)
         out, _ = pad_packed_sequence(out, batch_first=True)
         mask = torch.arange(out.shape[1], device=tokens.device)[None] < lengths[:, None]
         return out.permute(0, 2, 1).contiguous(), mask

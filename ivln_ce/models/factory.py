@@ -90,6 +90,7 @@ def build_policy(policy_cfg: PolicyConfig, vocab_size: int, train_cfg: TrainConf
     else:
         policy = CMAPolicy(VARIANTS[name], vocab_size, embeddings, backbone, pc.rgb_depth,
                            reset_state_gru_per_episode=pc.reset_state_gru_per_episode, **switches)
+    policy.sequence_forward = _name(tc.sequence_forward)
     mode = _name(pc.embedding_training)
     if mode != "auto":
         policy.net.instruction_encoder.embedding_layer.weight.requires_grad_(mode == "learn")

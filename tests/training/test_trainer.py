@@ -213,10 +213,11 @@ def _synthetic_episodes(lengths, seed=0):
     return eps
 
 
-def _grads(rank, world, port, out, lengths, official):
+def _grads(rank, world, port, out, lengths, official, sequence_forward="whole"):
     """One training step's gradients and BatchNorm statistics on this rank's slice of one
     global batch, the slice made as the trainer makes it (``rank_batches`` + its loader's
-    dataset and collate), with the T1 progress loss when ``official``."""
+    dataset and collate), with the T1 progress loss when ``official``, the forward run as
+    ``sequence_forward`` says (whole sequence or step loop)."""
     from ivln_ce.models.map_cma import MapCMAPolicy
     from ivln_ce.training import distributed as ddp
     from ivln_ce.training.trainer import _StoreDataset, batch_losses, collate_padded, rank_batches
@@ -227,6 +228,7 @@ def _grads(rank, world, port, out, lengths, official):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = MapCMAPolicy(50, None, "small", pm_broadcast_bug=official)
+    policy.sequence_forward = sequence_forward
     if world > 1:
         ddp.sync_batchnorm(policy)
     policy.train()
@@ -247,17 +249,19 @@ def _grads(rank, world, port, out, lengths, official):
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("lengths, official", [((3, 3, 6, 6), False), pytest.param((3, 3, 6, 6), True, marks=pytest.mark.slow),
-                                                pytest.param((6, 3, 4, 6), True, marks=pytest.mark.slow)],
-                         ids=["unequal-slices-fixed", "unequal-slices-official", "equal-slice-maxima-official-t1"])
-def test_data_parallel_gradients_equal_the_single_process_gradients(tmp_path, lengths, official):
+@pytest.mark.parametrize("lengths, official, one_process", [
+    ((3, 3, 6, 6), False, "whole"), ((3, 3, 6, 6), False, "step"), pytest.param((3, 3, 6, 6), True, "whole", marks=pytest.mark.slow),
+    pytest.param((6, 3, 4, 6), True, "step", marks=pytest.mark.slow)],
+    ids=["unequal-slices-fixed", "unequal-slices-fixed-vs-step-loop", "unequal-slices-official", "equal-slice-maxima-official-t1-vs-step-loop"])
+def test_data_parallel_gradients_equal_the_single_process_gradients(tmp_path, lengths, official, one_process):
     """The global batch split over 2 gloo ranks gives the 1-process gradients and BatchNorm
     statistics of MAP-CMA (its map encoder's BatchNorm trains and counts padded steps) to float
-    tolerance, also when the two slices' longest episodes differ (3 and 6 steps) and under the
-    official profile's T1 progress loss (every target of the batch, padding included)."""
+    tolerance, also when the two slices' longest episodes differ (3 and 6 steps), under the
+    official profile's T1 progress loss (every target of the batch, padding included), and
+    with the ranks' whole-sequence forward against one process's step loop."""
     mp = pytest.importorskip("torch.multiprocessing")
-    _grads(0, 1, 0, tmp_path / "one.pt", lengths, official)
-    mp.spawn(_grads, args=(2, _free_port(), tmp_path / "two.pt", lengths, official), nprocs=2, join=True)
+    _grads(0, 1, 0, tmp_path / "one.pt", lengths, official, one_process)
+    mp.spawn(_grads, args=(2, _free_port(), tmp_path / "two.pt", lengths, official, "whole"), nprocs=2, join=True)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert len(one["grads"]) == len(two["grads"]) > 10
     ga = torch.cat([g.flatten() for g in one["grads"]])
