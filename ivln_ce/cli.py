@@ -1074,11 +1074,29 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
+#: commands whose rerun continues where an interrupted run stopped (finished work is kept)
+RESUMABLE = {("eval",), ("train",), ("reproduce",), ("probe", "build"), ("probe", "run"), ("known-maps",), ("data", "synth"),
+             ("train-rednet",), ("train-compat",), ("demo",)}
+
+
+def _command_words(args: argparse.Namespace) -> tuple[str, ...]:
+    sub = next((getattr(args, k) for k in ("probe_command", "data_command", "scene_command", "viz_command", "config_command")
+                if getattr(args, k, None)), None)
+    return (args.command, sub) if sub else (args.command,)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line instead of a traceback; environment workers ignore SIGINT and are
+        # closed by the engines' own clean-up on the way out
+        words = _command_words(args)
+        again = "; the same command resumes" if words in RESUMABLE or words[:1] in RESUMABLE else ""
+        print(f"\nivln-ce {' '.join(words)}: interrupted{again}", file=sys.stderr)
+        return 130
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             raise

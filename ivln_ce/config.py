@@ -26,6 +26,17 @@ from omegaconf.errors import OmegaConfBaseException
 BASE_KEY = "_base_"
 
 
+
+#: ``policy.checkpoint`` value for "the seeded random initialisation, on purpose", and the label
+#: suffix of evaluations run with it
+RANDOM_INIT = "random"
+RANDOM_INIT_LABEL = "random-init"
+
+
+def is_random_init(checkpoint) -> bool:
+    """Whether ``policy.checkpoint`` names no weights: empty, or ``random`` said on purpose."""
+    return str(checkpoint or "").strip() in ("", RANDOM_INIT)
+
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message says where and why."""
 
@@ -208,7 +219,9 @@ class PolicyConfig:
 
     name: PolicyName = PolicyName.none
     #: a checkpoint file (the toolkit's or an official IVLN-CE one), or a folder of
-    #: ``ckpt.{i}.pth`` files (evaluated in index order); empty = random initialisation
+    #: ``ckpt.{i}.pth`` files (evaluated in index order); empty = random initialisation (training
+    #: starts from it; ``eval`` refuses it); ``random`` = the seeded random initialisation, said
+    #: on purpose (``eval`` labels such runs ``{policy.name}-random-init``)
     checkpoint: str = ""
     depth_backbone: DepthBackbone = DepthBackbone.resnet50
     #: DD-PPO depth encoder weights (``gibson-2plus-resnet50.pth``); empty = none (random

@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name in args.models.split(","):
-            base = [f"data.root={data}", "data.split=val_unseen", "eval.agent=policy", f"env.max_agent_steps={args.agent_steps}",
+            base = [f"data.root={data}", "data.split=val_unseen", "eval.agent=policy", "policy.checkpoint=random", f"env.max_agent_steps={args.agent_steps}",
                     *model_overrides(name, args.size, args.small)]
             if args.tours:
                 base.append(f"eval.tours=[{args.tours}]")

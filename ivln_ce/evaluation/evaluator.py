@@ -35,9 +35,8 @@ from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig
-from tqdm import tqdm
 
-from ivln_ce.config import ConfigError, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
+from ivln_ce.config import RANDOM_INIT, RANDOM_INIT_LABEL, ConfigError, is_random_init, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
 from ivln_ce.data.language_ablation import InstructionAblation, ablate_instructions
@@ -52,6 +51,7 @@ from ivln_ce.rollout.cpus import usable_cpus
 from ivln_ce.rollout.engine import EngineStats, RolloutEngine
 from ivln_ce.rollout.records import TourResult
 from ivln_ce.rollout.scripted import AGENTS as SCRIPTED_AGENTS
+from ivln_ce.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,18 @@ def _fmt(path_template: str, split: str) -> str:
     return path_template.replace("{split}", split)
 
 
+def check_tour_scenes(items: list[TourItem], tours_file, episodes_file) -> None:
+    """Every episode of a tour lies in the tour's scene (``data validate``'s join, before any work):
+    episodes of another dataset that happen to share episode ids with the tours are refused,
+    not mixed into tours across houses."""
+    for it in items:
+        for ep in it.episodes:
+            if ep.scan != it.tour.scan:
+                raise ValueError(f"{episodes_file}: episode {ep.episode_id} is in scene {ep.scan!r}, but tour {it.tour.tour_id} of "
+                                 f"{tours_file} is in scene {it.tour.scan!r}: the episodes and the tours come from different "
+                                 f"datasets (check data.episodes and data.tours; `ivln-ce data validate` compares them)")
+
+
 def load_split(cfg: DictConfig) -> SplitData:
     split = cfg.eval.split
     episodes_file = _fmt(cfg.data.episodes, split)
@@ -140,6 +152,7 @@ def load_split(cfg: DictConfig) -> SplitData:
     for it in items:  # contain every scene path before any work starts
         for ep in it.episodes:
             contained_scene_path(scenes_dir, ep.scene_id)
+    check_tour_scenes(items, cfg.data.tours, episodes_file)
     ref_file = Path(_fmt(cfg.data.reference_trajectories, split))
     notes = []
     if ref_file.exists():
@@ -219,6 +232,8 @@ def eval_label(cfg: DictConfig, checkpoint: str | None = None) -> str:
         ckpt = checkpoint if checkpoint is not None else cfg.policy.checkpoint
         m = CHECKPOINT_NAME.search(str(ckpt)) if ckpt else None
         label = m.group(1) if m else cfg.policy.name.value
+        if str(ckpt).strip() == RANDOM_INIT:  # said on purpose (an empty one is refused unless an agent is given)
+            label = f"{cfg.policy.name.value}-{RANDOM_INIT_LABEL}"
     ablation = instruction_ablation(cfg)
     # an ablated run's default label says so: its files sit beside the full run's, never over them
     return label if not ablation.ablated else f"{label}-instruction_{str(ablation).replace(':', '')}"
@@ -232,7 +247,7 @@ def run_fingerprint(cfg: DictConfig, split: SplitData) -> fpr.Fingerprint:
     policy = cfg.policy
     uses_policy = cfg.eval.agent == "policy"
     if uses_policy:
-        files.update(checkpoint=policy.checkpoint, ddppo_weights=policy.ddppo_weights, rgb_weights=policy.rgb_weights,
+        files.update(checkpoint="" if is_random_init(policy.checkpoint) else policy.checkpoint, ddppo_weights=policy.ddppo_weights, rgb_weights=policy.rgb_weights,
                      embeddings=policy.embeddings)
     uses_maps = (uses_policy and policy.name == PolicyName.map_cma) or cfg.mapping.save_images
     if uses_maps and cfg.mapping.semantics.value == "rednet":
@@ -462,6 +477,7 @@ def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPat
     in_workers = policy_in_workers(cfg, device, policy_agent)
     extra = {}
     if in_workers:  # each worker runs its own copy of the policy (see eval.policy_process)
+        check_policy_builds(cfg, split.vocab_size)  # here, named: not as a crash of every environment worker
         driver, keys = None, ()
         scripted = "policy"
         cores = usable_cpus()
@@ -475,8 +491,7 @@ def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPat
                            num_envs=num_envs, success_distance=cfg.metrics.success_distance,
                            agent=scripted, obs_keys=keys, seed=int(cfg.seed), expert=expert, worker_extra=extra)
     total_eps = sum(len(split.items[k].episodes) for k in todo)
-    bar = tqdm(total=total_eps, desc=f"eval {paths.label} {cfg.eval.split}", unit="ep", file=sys.stderr,
-               disable=(not show_progress) or None)
+    bar = progress_bar(total=total_eps, desc=f"eval {paths.label} {cfg.eval.split}", unit="ep", disable=not show_progress)
     t0, steps = time.perf_counter(), 0
 
     def write(result: TourResult, stream: str | None = None) -> None:
@@ -532,12 +547,32 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
         return _evaluate(cfg, rank, world_size, show_progress, policy_agent)
 
 
+def check_policy_builds(cfg: DictConfig, vocab_size: int) -> None:
+    """Build the policy once in this process, weights loaded, before workers each build theirs:
+    a checkpoint of another model or architecture is refused with the file and key named (exit
+    2) instead of crashing every worker."""
+    from ivln_ce.rollout.policy_agent import PolicyAgent
+
+    PolicyAgent.from_config(cfg, vocab_size, device="cpu")
+
+
+def check_policy_weights(cfg: DictConfig) -> None:
+    """``eval.agent=policy`` evaluates trained weights: an empty ``policy.checkpoint`` (random
+    weights with plausible-looking numbers) is refused unless ``policy.checkpoint=random`` says so."""
+    if cfg.eval.agent == "policy" and not cfg.policy.checkpoint:
+        raise ConfigError("eval.agent=policy needs policy.checkpoint: a checkpoint file, a folder of ckpt.{i}.pth files, or "
+                          "policy.checkpoint=random to evaluate the seeded random initialisation on purpose (labelled "
+                          f"'{cfg.policy.name.value}-{RANDOM_INIT_LABEL}')")
+
+
 def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_progress: bool, policy_agent) -> dict[str, Any] | None:
+    if policy_agent is None:
+        check_policy_weights(cfg)
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 
         return evaluate_checkpoint_folder(cfg, evaluate, rank=rank, world_size=world_size, show_progress=show_progress)
-    if cfg.eval.agent == "policy" and cfg.policy.checkpoint:
+    if cfg.eval.agent == "policy" and cfg.policy.checkpoint and not is_random_init(cfg.policy.checkpoint):
         from ivln_ce.models.factory import check_checkpoint_file
 
         check_checkpoint_file(cfg.policy.checkpoint)  # here, named: not as a crash of every environment worker

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
 
 from ivln_ce.data.targets import iter_agent_paths, iter_target_paths
 from ivln_ce.metrics.tour import SplitScore, TourScoreError, score_split
+from ivln_ce.progress import bar as progress_bar
 
 
 @dataclass
@@ -38,7 +37,7 @@ def score_files(req: ScoreRequest, show_progress: bool = True) -> SplitScore:
         )
 
     def progress(it):
-        return tqdm(it, desc="t-nDTW", unit="tour", file=sys.stderr, disable=not show_progress or None)
+        return progress_bar(it, desc="t-nDTW", unit="tour", disable=not show_progress)
 
     try:
         return score_split(

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ivln_ce.config import MappingConfig, PolicyConfig, SemanticSource, TrainConfig, as_dataclass
+from ivln_ce.config import MappingConfig, PolicyConfig, SemanticSource, TrainConfig, as_dataclass, is_random_init
 from ivln_ce.models.cma import CMAPolicy
 from ivln_ce.models.encoders import load_glove
 from ivln_ce.models.map_cma import MapCMAPolicy
@@ -102,7 +102,7 @@ def build_policy(policy_cfg: PolicyConfig, vocab_size: int, train_cfg: TrainConf
         reports.append(load_ddppo_depth_encoder(policy.net.depth_encoder, path))
     if pc.rgb_weights:
         reports.append(load_rgb_trunk(policy.net.rgb_encoder, _existing(pc.rgb_weights, "policy.rgb_weights")))
-    if pc.checkpoint:
+    if pc.checkpoint and not is_random_init(pc.checkpoint):
         path = Path(pc.checkpoint)
         if path.is_file():
             arch = {"depth_backbone": backbone, **({"rgb_depth": int(pc.rgb_depth)} if VARIANTS[name] is not None else {})}

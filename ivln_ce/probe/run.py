@@ -22,17 +22,15 @@ its own after p_j in the same environment, and each record also gets the rollout
 
 from __future__ import annotations
 
-import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from ivln_ce import __version__
-from ivln_ce.config import ConfigError, PolicyName, load_config, resolved
+from ivln_ce.config import ConfigError, PolicyName, is_random_init, load_config, resolved
 from ivln_ce.data.episodes import Episode, load_episodes
 from ivln_ce.data.tours import Tour
 from ivln_ce.env.tour_env import TourItem, contained_scene_path
@@ -55,6 +53,7 @@ from ivln_ce.rollout.engine import RolloutEngine
 from ivln_ce.run_folder import hold
 from ivln_ce.sim import make_simulator
 from ivln_ce.sim.base import ACTIONS
+from ivln_ce.progress import bar as progress_bar
 
 #: what every probe episode runs with (see the module docstring); the largest allowed step limit
 ENGINE_OVERRIDES = ("env.oracle_phases=false", "env.max_agent_steps=100000")
@@ -161,7 +160,8 @@ def agent_label(cfg) -> str:
     if cfg.eval.agent != "policy":
         return str(cfg.eval.agent)
     name = cfg.policy.name.value
-    return f"{name}:{Path(cfg.policy.checkpoint).name}" if cfg.policy.checkpoint else f"{name}:random-init(seed {cfg.seed})"
+    return (f"{name}:random-init(seed {cfg.seed})" if is_random_init(cfg.policy.checkpoint)
+            else f"{name}:{Path(cfg.policy.checkpoint).name}")
 
 
 # --------------------------------------------------------------------------- teacher plans
@@ -177,7 +177,7 @@ def plan_all(sim_cfg, probes: Sequence[ProbeCase], scenes_dir: Path, rule: Teach
     sim = make_simulator(sim_cfg)
     current = None
     try:
-        for p in tqdm(todo, desc="teacher paths", unit="path", disable=not progress, file=sys.stderr):
+        for p in progress_bar(todo, desc="teacher paths", unit="path", disable=not progress):
             if p.scene_id != current:
                 sim.load_scene(str(contained_scene_path(scenes_dir, p.scene_id)))
                 current = p.scene_id
@@ -334,7 +334,7 @@ def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes
     num_envs = min(int(cfg.eval.num_envs), len(items))
     if scorer is None:
         scorer = make_scorer(cfg, probe_set, {e: pc for e, (pc, _) in by_episode.items()}, num_envs)
-    bar = tqdm(total=len(items), desc=f"probe run {probe_set.split}", unit="episode", file=sys.stderr, disable=not progress)
+    bar = progress_bar(total=len(items), desc=f"probe run {probe_set.split}", unit="episode", disable=not progress)
     rooms = None
     if rollout.enabled and any(p.skill == ROOM for p in probes):
         rooms = RoomDistances(plan_sim if plan_sim is not None else cfg.simulator, scenes_dir)

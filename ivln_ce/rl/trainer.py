@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig
-from tqdm import tqdm
 
+from ivln_ce.progress import bar as progress_bar
 from ivln_ce import run_folder
-from ivln_ce.config import ConfigError, TrainerKind, resolved
+from ivln_ce.config import ConfigError, TrainerKind, is_random_init, resolved
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.rl.rewards import RewardSpec, parse_reward
 from ivln_ce.rl.rollout import EpisodeRollout, RLDriver
@@ -50,7 +50,7 @@ from ivln_ce.rl.update import ValueHead, run_update, settings_from_config
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.collect import plan_round
 from ivln_ce.training.trainer import (RESUME_FILE, TOUR_MEMORY_POLICIES, RunState, TrainingData, _pipeline,
-                                      check_train_config, load_resume, save_resume, start_run,
+                                      check_train_config, load_resume, resume_message, save_resume, start_run,
                                       warm_start_file)
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def check_rl_config(cfg: DictConfig) -> None:
         raise ConfigError(f"train_rl runs train.trainer=rl, got {cfg.train.trainer.value}")
     check_train_config(cfg)
     rl = cfg.train.rl
-    if not str(cfg.policy.checkpoint).strip() and not rl.allow_random_init:
+    if is_random_init(cfg.policy.checkpoint) and not rl.allow_random_init:
         raise ConfigError("train.trainer=rl fine-tunes a trained policy (seed 000: behavioural cloning first): set "
                           "policy.checkpoint to a checkpoint of `ivln-ce train` (or an official one), or "
                           "train.rl.allow_random_init=true to start from random weights")
@@ -154,6 +154,8 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     run.claim_folder()
     state = load_resume(out, fingerprint, model, opt) if (out / RESUME_FILE).exists() else None
     resumed = state is not None
+    if rank == 0:
+        print(f"ivln-ce train: {resume_message(out, state)}", file=sys.stderr)
     state = state or RunState()
     state.start_clock()
     writer = None
@@ -180,8 +182,8 @@ def _train_rl(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
                 engine = _engine(cfg, data, policy, len(mine))
             order_of = {data.items[k].tour.tour_id: n for n, k in enumerate(plan)}
             driver = RLDriver(policy, value_head, pipeline, spec, episodes_by_id, data.references, int(cfg.seed), u, order_of)
-            bar = tqdm(total=sum(len(data.items[i].episodes) for i in mine), desc=f"rollout {u + 1}/{updates}", unit="ep",
-                       file=sys.stderr, disable=(not show_progress or rank != 0) or None)
+            bar = progress_bar(total=sum(len(data.items[i].episodes) for i in mine), desc=f"rollout {u + 1}/{updates}", unit="ep",
+                               disable=not show_progress or rank != 0)
             t0 = time.perf_counter()
             policy.eval()
             engine.run(mine, driver.decide, on_stream_end=driver.drop, on_final_view=driver.final,

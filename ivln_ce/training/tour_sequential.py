@@ -20,14 +20,12 @@ Switches:
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
@@ -35,6 +33,7 @@ from ivln_ce.training.batching import collate
 from ivln_ce.training.errors import TrainError
 from ivln_ce.training.step_log import log_step, step_scalars
 from ivln_ce.training.store import TrajectoryStore
+from ivln_ce.progress import bar as progress_bar
 
 #: a lane entry: (store index, first episode of its tour)
 Entry = tuple[int, bool]
@@ -118,8 +117,8 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
             carried[lane] = state.lane_states[lane].to(device)
     keep_states = bool(int(tc.resume_every))
     policy.train()
-    bar = tqdm(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs} (tours)", unit="batch",
-               file=sys.stderr, disable=(not show_progress or rank != 0) or None)
+    bar = progress_bar(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs} (tours)", unit="batch",
+                       disable=not show_progress or rank != 0)
     t0, first = time.perf_counter(), state.batch
     for j in range(state.batch, len(batches)):
         entries = batches[j]

@@ -47,11 +47,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from ivln_ce import fingerprint as fpr
 from ivln_ce import run_folder
-from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, resolved
+from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, is_random_init, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.data.tours import evaluation_order, load_tours
@@ -66,6 +65,7 @@ from ivln_ce.training.errors import TrainError
 from ivln_ce.training.step_log import log_step, step_scalars
 from ivln_ce.training.store import StoreError, TrajectoryStore, TrajectoryWriter
 from ivln_ce.training.tour_sequential import train_tour_epoch
+from ivln_ce.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     for key in ("eval",):
         config.pop(key, None)
     files = dict(data.files)
-    files.update(checkpoint=cfg.policy.checkpoint, ddppo_weights=cfg.policy.ddppo_weights, rgb_weights=cfg.policy.rgb_weights,
+    files.update(checkpoint="" if is_random_init(cfg.policy.checkpoint) else cfg.policy.checkpoint, ddppo_weights=cfg.policy.ddppo_weights, rgb_weights=cfg.policy.rgb_weights,
                  embeddings=cfg.policy.embeddings)
     if cfg.policy.name == PolicyName.map_cma and cfg.mapping.semantics.value == "rednet":
         files["rednet"] = cfg.mapping.rednet_checkpoint
@@ -210,6 +210,17 @@ def save_resume(out: Path, fingerprint: str, state: RunState, policy, opt, write
     state.seconds = state.elapsed()
     atomic_torch_save({"fingerprint": fingerprint, "state": asdict(state), "policy": policy.state_dict(),
                        "optim": opt.state_dict(), "rng": {"torch": torch.get_rng_state()}}, out / RESUME_FILE)
+
+
+def resume_message(out: Path, state: RunState | None) -> str:
+    """What a (re)start of a run reuses, in one line."""
+    if state is None:
+        return f"starting a new run in {out}"
+    if state.done:
+        return f"{out / RESUME_FILE}: the run is complete ({state.step} optimizer steps); nothing to redo"
+    return (f"resuming from {out / RESUME_FILE}: round {state.round + 1}, {state.epoch} epoch(s) of it and {state.batch} "
+            f"batch(es) of the next done, {state.step} optimizer steps; {state.episodes_collected} collected episode(s) "
+            f"({state.steps_collected} steps) reused from the store" + (", collection of this round done" if state.collected else ""))
 
 
 def load_resume(out: Path, fingerprint: str, policy, opt) -> RunState | None:
@@ -361,7 +372,7 @@ def warm_start_file(cfg: DictConfig) -> DictConfig:
     """``policy.checkpoint`` as a file: a folder of ``ckpt.{i}.pth`` warm-starts from its last
     checkpoint (said in the log), an empty one is refused (a warm start from random weights
     would still count as warm in the beta schedule)."""
-    path = Path(cfg.policy.checkpoint) if cfg.policy.checkpoint else None
+    path = None if is_random_init(cfg.policy.checkpoint) else Path(cfg.policy.checkpoint)
     if path is None or not path.is_dir():
         return cfg
     from ivln_ce.evaluation.checkpoints import checkpoint_files, with_values
@@ -465,6 +476,8 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     if state is not None and rank == 0 and run_folder.read_marker(out) is None:
         run_folder.write_marker(out, fingerprint)  # a run folder from before the marker, proved by its resume state
     resumed = state is not None
+    if rank == 0:
+        print(f"ivln-ce train: {resume_message(out, state)}", file=sys.stderr)
     state = state or RunState()
     state.start_clock()
     store_dir = out / "store"
@@ -496,7 +509,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     if rank == 0:  # a run killed while evaluating a checkpoint evaluates it now
         _finish_evaluation(cfg, out, fingerprint, state, policy, opt, writer)
     ddp.barrier()
-    warm = bool(cfg.policy.checkpoint)
+    warm = not is_random_init(cfg.policy.checkpoint)
     t_start = time.perf_counter()
     pipeline = _pipeline(cfg, policy, device)
     stop = False
@@ -589,8 +602,7 @@ def _round_plan(cfg: DictConfig, data: TrainingData, k: int, rank: int, world: i
 def _episode_bar(items: list[TourItem], mine: list[int], desc: str, show: bool):
     """A progress bar over the episodes of this rank's items, and the engine callback that
     advances it as tours finish."""
-    bar = tqdm(total=sum(len(items[i].episodes) for i in mine), desc=desc, unit="ep", file=sys.stderr,
-               disable=(not show) or None)
+    bar = progress_bar(total=sum(len(items[i].episodes) for i in mine), desc=desc, unit="ep", disable=not show)
 
     def progress(result, n):
         if result is not None:
@@ -707,8 +719,8 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
         dataset, batch_sampler=mine[state.batch:], num_workers=int(tc.loader_workers),
         collate_fn=functools.partial(collate_padded, inflection=float(tc.inflection_weight)), persistent_workers=False)
     policy.train()
-    bar = tqdm(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs}", unit="batch", file=sys.stderr,
-               disable=(not show_progress or rank != 0) or None)
+    bar = progress_bar(total=len(batches), initial=state.batch, desc=f"round {k} epoch {e + 1}/{tc.epochs}", unit="batch",
+                       disable=not show_progress or rank != 0)
     t0, first = time.perf_counter(), state.batch
     for j, batch in enumerate(loader, start=state.batch):
         batch = batch.to(device)

@@ -18,7 +18,7 @@ SMALL = ["policy.depth_backbone=small", "policy.rgb_depth=18", *[f"simulator.{s}
 
 
 def cfg(data, out, *extra):
-    return load_config(None, [f"data.root={data}", "data.split=val_unseen", f"results_dir={out}", "eval.agent=policy", *extra])
+    return load_config(None, [f"data.root={data}", "data.split=val_unseen", f"results_dir={out}", "eval.agent=policy", "policy.checkpoint=random", *extra])
 
 
 def outputs(results, label):
