@@ -28,7 +28,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     data, results = Path(args.data), Path(args.out)
     print(f"ivln-ce demo: tiny synthetic benchmark in {data}/ (built if missing), reference agents on val_unseen -> {results}/")
-    rows = run_demo(data, results, seed=args.seed, workers=args.workers)
+    rows = run_demo(data, results, seed=args.seed, workers=args.workers, benchmark_seed=args.benchmark_seed)
     print(format_table(rows))
     print(f"\nTL/NE in metres, the rest x100. Pictures: {results}/tour_<agent>.png (agent, oracle and reference paths), "
           f"{results}/view.png (RGB | depth | semantics).\nRe-score a log: ivln-ce score --gt {data / 'gt_ndtw.json'} "
@@ -679,8 +679,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="build the tiny benchmark and evaluate the reference agents")
     d.add_argument("--data", default="data/synthetic_tiny", help="benchmark folder (built if missing)")
     d.add_argument("--out", default="results/demo", help="results and pictures")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--workers", type=int, default=1)
+    d.add_argument("--seed", type=int, default=None,
+                   help="the evaluation's seed (config key `seed`; default: the config's, 100, so the demo's numbers are "
+                        "those of `ivln-ce eval` with the same agent)")
+    d.add_argument("--benchmark-seed", type=int, default=0, help="the generator seed of the tiny benchmark, when it is built")
+    d.add_argument("--workers", type=int, default=1, help="environments evaluating in parallel (eval.num_envs)")
     d.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("score", help="t-nDTW of an agent path log against target tour paths")
@@ -855,7 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr4.add_argument("--out", required=True, help="episode file to write, e.g. .../r4r_val_unseen/r4r_val_unseen.json.gz")
     dr4.add_argument("overrides", nargs="*", help="simulator.* overrides, e.g. simulator.backend=habitat")
     dr4.set_defaults(func=cmd_data_r4r)
-    dpe = dsub.add_parser("perturb", help="instruction and trajectory perturbations of an episode file (hard negatives, seed 002)",
+    dpe = dsub.add_parser("perturb", help="instruction and trajectory perturbations of an episode file (hard negatives, after Zhao et al. 2021)",
                           description="Write perturbed copies of an episode file's episodes, each with a 'perturbation' "
                                       "record (kind, source episode, what changed): instruction kinds change the text and "
                                       "keep the path; trajectory kinds keep the text and change the path (they need "
@@ -886,7 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument("--json", action="store_true")
     dst.set_defaults(func=cmd_data_stats)
 
-    pr = sub.add_parser("probe", help="behavioural probes: skill-specific intervention episodes (seed 003)")
+    pr = sub.add_parser("probe", help="behavioural probes: skill-specific intervention episodes (after Yang et al. 2023, Behavioral Analysis of VLN Agents)")
     psub = pr.add_subparsers(dest="probe_command", required=True)
     pb = psub.add_parser("build", help="stop, direction, object and room intervention episodes from aligned episodes (resumable)",
                          description="Cut every aligned episode of a split at its aligned points and write stop, "
@@ -960,7 +963,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-resume", action="store_true")
     tr.set_defaults(func=cmd_train_rednet)
 
-    tc = sub.add_parser("train-compat", help="train the instruction-trajectory compatibility model (seed 002 §4; resumable)")
+    tc = sub.add_parser("train-compat", help="train the instruction-trajectory compatibility model (Zhao et al. 2021, On the Evaluation of VLN Instructions, §4; resumable)")
     tc.add_argument("--episodes", required=True, help="clean training episodes (compatible pairs; a path's other instructions are paraphrase positives)")
     tc.add_argument("--scenes-dir", required=True, help="scenes of the episodes (frames are rendered along every path)")
     tc.add_argument("--out", required=True, help="run folder: compat.pt, resume.pt, tb/, history.json, features/")

@@ -27,15 +27,18 @@ from ivln_ce.viz.tours import tour_image
 COLUMNS = ("TL", "NE", "OS", "nDTW", "SR", "SPL", "t-nDTW", "t-nDTW(paper)")
 
 
-def run_demo(data_dir: str | Path, results_dir: str | Path, seed: int = 0, workers: int = 1, progress: bool = True) -> list[tuple[str, dict]]:
+def run_demo(data_dir: str | Path, results_dir: str | Path, seed: int | None = None, workers: int = 1, progress: bool = True,
+             benchmark_seed: int = 0) -> list[tuple[str, dict]]:
+    """``seed`` is the evaluation's (``None``: the config's default, as ``ivln-ce eval`` uses), so a
+    reference agent scores here what it scores in ``eval``; ``benchmark_seed`` builds the benchmark."""
     data_dir, results_dir = Path(data_dir), Path(results_dir)
-    build_synthetic("tiny", data_dir, seed=seed, progress=progress)
+    build_synthetic("tiny", data_dir, seed=benchmark_seed, progress=progress)
     rows = []
     for agent in AGENTS:
         cfg = load_config(
             None,
             [f"data.root={data_dir}", "data.split=val_unseen", f"eval.agent={agent}", f"eval.num_envs={workers}",
-             f"results_dir={results_dir}", "simulator.sensors=[]", f"seed={seed}"],
+             f"results_dir={results_dir}", "simulator.sensors=[]", *([f"seed={seed}"] if seed is not None else [])],
         )
         summary = evaluate(cfg)
         rows.append((agent, summary_row(summary)))

@@ -63,7 +63,7 @@ def check_rl_config(cfg: DictConfig) -> None:
     check_train_config(cfg)
     rl = cfg.train.rl
     if is_random_init(cfg.policy.checkpoint) and not rl.allow_random_init:
-        raise ConfigError("train.trainer=rl fine-tunes a trained policy (seed 000: behavioural cloning first): set "
+        raise ConfigError("train.trainer=rl fine-tunes a trained policy (as in Jain et al. 2019: behavioural cloning first): set "
                           "policy.checkpoint to a checkpoint of `ivln-ce train` (or an official one), or "
                           "train.rl.allow_random_init=true to start from random weights")
     if cfg.policy.name in TOUR_MEMORY_POLICIES and not cfg.train.use_tours:

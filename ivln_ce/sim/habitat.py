@@ -12,7 +12,7 @@ Only the part of the habitat-sim API that 0.2.5 and 0.3.x share is used; ``tests
 fake_habitat_sim.py`` models exactly that part for 0.2.5 and 0.3.3 (and cites where each name
 comes from), so a call the real library does not have fails in the tests instead of on a GPU
 machine. The install traps (numpy pairing, GLX builds, the MP3D scene dataset config) are
-checked here before habitat-sim starts; the README ("habitat-sim install") explains them.
+checked here before habitat-sim starts; docs/guide/simulator.md ("habitat-sim install") explains them.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _import_failure(exc: ImportError) -> SimulatorError:
 
     return SimulatorError(
         f"habitat-sim is installed but failed to import with numpy {numpy.__version__} ({exc}). "
-        f"Each habitat-sim release pins its numpy: {NUMPY_PAIRING_TEXT} (README: 'habitat-sim install')"
+        f"Each habitat-sim release pins its numpy: {NUMPY_PAIRING_TEXT} (docs/guide/simulator.md: 'habitat-sim install')"
     )
 
 
@@ -174,10 +174,10 @@ def check_numpy_pairing(versions: dict[str, str | None], numpy_version: str) -> 
         raise SimulatorError(
             f"{label} needs {text} but numpy {numpy_version} is installed: the two are built for different numpy "
             f"ABIs. Pairings: {NUMPY_PAIRING_TEXT}. Install the numpy of your habitat-sim in this environment "
-            f"(README: 'habitat-sim install')"
+            f"(docs/guide/simulator.md: 'habitat-sim install')"
         )
     if not low <= have < high:
-        log.warning("%s pins %s; running with numpy %s (README: 'habitat-sim install' explains this pairing)",
+        log.warning("%s pins %s; running with numpy %s (docs/guide/simulator.md: 'habitat-sim install' explains this pairing)",
                     label, text, numpy_version)
 
 
@@ -416,7 +416,7 @@ class HabitatSimulator:
         self._sim.reconfigure(cfg)
 
     def _start_checks(self, hs) -> None:
-        """The install traps, checked before habitat-sim builds its GL context (README)."""
+        """The install traps, checked before habitat-sim builds its GL context (docs/guide/simulator.md)."""
         self._versions = habitat_versions(hs)
         check_numpy_pairing(self._versions, _numpy_version())
         check_gl_build(self.gpu_device_id)

@@ -32,6 +32,8 @@ COSMETIC_KEYS = (
     "results_dir",
     "eval.label",
     "eval.workers",
+    "eval.num_envs",  # parallel environments: the same results for any number (tests/rollout)
+    "train.out_dir",
     "eval.resume",
     "eval.save_frames",
     "eval.save_videos",
@@ -138,8 +140,12 @@ def _disambiguate(rows: list[TableRow]) -> None:
             continue
         keys = sorted(set().union(*(r.config for r in same)))
         differing = [k for k in keys if len({json.dumps(r.config.get(k), sort_keys=True, default=str) for r in same}) > 1]
+        # single runs of different seeds: the seed is what a reader checks first (grouped rows
+        # show their seeds in the seeds column)
+        seeds_differ = all(len(r.seeds) == 1 for r in same) and len({json.dumps(r.seeds, default=str) for r in same}) > 1
         for r in same:
-            desc = ", ".join(f"{k}={r.config.get(k)}" for k in differing[:3]) + (", ..." if len(differing) > 3 else "")
+            parts = ([f"seed={'/'.join(map(str, r.seeds))}"] if seeds_differ else []) + [f"{k}={r.config.get(k)}" for k in differing]
+            desc = ", ".join(parts[:3]) + (", ..." if len(parts) > 3 else "")
             r.name = f"{r.name} ({desc})"
 
 

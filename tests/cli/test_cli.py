@@ -55,6 +55,11 @@ def test_demo_evaluates_the_reference_agents_and_draws(tiny_benchmark, tmp_path,
     for agent in rows:
         assert (out / f"tour_{agent}.png").stat().st_size > 5000
     assert (out / "view.png").exists() and (out / "dtw_data_ckpt_random_val_unseen.json").exists()
+    # one seed rule: the demo's random agent scores what `ivln-ce eval eval.agent=random` scores
+    assert main(["eval", "--config", "configs/default.yaml", f"data.root={tiny_benchmark}", "eval.agent=random", f"results_dir={tmp_path / 'ev'}", "eval.split=val_unseen"]) == 0
+    stats = json.loads((tmp_path / "ev" / "iterative_stats_ckpt_random_val_unseen.json").read_text())
+    demo = json.loads((out / "iterative_stats_ckpt_random_val_unseen.json").read_text())
+    assert stats["tndtw"] == demo["tndtw"] and stats["success"] == demo["success"] and stats["config"]["seed"] == demo["config"]["seed"] == 100
 
 
 def test_config_show_and_data_validate(real_val_unseen, capsys):

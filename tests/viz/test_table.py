@@ -29,6 +29,15 @@ def metrics(tl, sr, tndtw):
     return {"path_length": tl, "distance_to_goal": 7.0, "oracle_success": 0.4, "ndtw": 0.5, "success": sr, "spl": 0.3, "tndtw": tndtw}
 
 
+def test_single_runs_of_different_seeds_name_the_seed_first(tmp_path):
+    """The demo (seed 0, no image sensors, 1 environment) beside an eval (seed 100, 2
+    environments): the rows say seed first; the number of environments is no difference."""
+    write_run(tmp_path / "demo", "random", 0, metrics(9.0, 0.30, 0.35), eval__num_envs=1, simulator={"sensors": []})
+    write_run(tmp_path / "eval", "random", 100, metrics(9.5, 0.31, 0.37), eval__num_envs=2, simulator={"sensors": ["rgb"]})
+    rows = results_table([tmp_path / "demo", tmp_path / "eval"])
+    assert [r.name for r in rows] == ["random (seed=0, simulator.sensors=[])", "random (seed=100, simulator.sensors=['rgb'])"]
+
+
 def test_seeds_are_grouped_and_other_differences_are_rows(tmp_path):
     write_run(tmp_path / "s1", "cma", 1, metrics(9.0, 0.30, 0.40))
     write_run(tmp_path / "s2", "cma", 2, metrics(10.0, 0.33, 0.44), eval__workers=8)  # cosmetic difference
