@@ -539,6 +539,8 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
     the tours. Returns the summary (None on ranks other than 0).
     """
     check_eval_config(cfg)
+    if policy_agent is None:
+        check_policy_weights(cfg)  # before the results folder is claimed
     if rank is None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # rank 0 (or the only process) holds results_dir for the run: two runs would mix their files
@@ -566,8 +568,6 @@ def check_policy_weights(cfg: DictConfig) -> None:
 
 
 def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_progress: bool, policy_agent) -> dict[str, Any] | None:
-    if policy_agent is None:
-        check_policy_weights(cfg)
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 

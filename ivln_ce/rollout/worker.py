@@ -22,6 +22,7 @@ and ``sim.gl_context`` makes rendering and triton safe in one process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -200,6 +201,23 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
             runner.close()
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT in this process while a child is started: a spawned interpreter that starts
+    with SIGINT ignored keeps it ignored (Python installs no KeyboardInterrupt handler then), so
+    a Ctrl-C that reaches the whole process group while the worker imports prints nothing there;
+    the parent handles it. Outside the main thread (no signal handling there) nothing changes."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class EnvWorker:
     """The parent's handle on one worker process."""
 
@@ -210,7 +228,8 @@ class EnvWorker:
         self.conn, child = ctx.Pipe()
         small = dataclasses.replace(spec, items=[], references={})
         self.process = ctx.Process(target=worker_main, args=(child, small), daemon=True, name=f"ivln-env-{spec.index}")
-        self.process.start()
+        with _sigint_ignored():  # the child starts with Ctrl-C ignored: no traceback while it imports
+            self.process.start()
         child.close()
         self.tour: str | None = None  # the tour it is running, for error messages
         self.info: dict = {}
