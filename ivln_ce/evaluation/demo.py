@@ -56,7 +56,26 @@ def _tour_picture(cfg, out: Path) -> None:
     agent = agent_paths[tour_id]
     scene = load_scene(Path(cfg.data.scenes_dir) / ds[agent.episode_ids[0]].scene_id)
     goals = {eid: np.asarray(ds[eid].goal_position) for eid in agent.episode_ids}
-    save_image(out, tour_image(scene.layout, agent, targets.get(tour_id), goals, title=f"{cfg.eval.agent}: tour {tour_id}"))
+    save_image(out, tour_image(scene.layout, agent, targets.get(tour_id), goals, **tour_caption(cfg, paths, tour_id, agent.episode_ids,
+                                                                                               ds[agent.episode_ids[0]].scan)))
+
+
+def tour_caption(cfg, paths: EvalPaths, tour_id: str, episode_ids, scan: str) -> dict:
+    """Title, subtitle and step-limit episodes of one tour's picture, from the run's own files."""
+    import json
+
+    episodes = json.loads(paths.output("iterative_all_stats").read_text()).get(tour_id, {})
+    tour = json.loads(paths.output("tours").read_text()).get(tour_id, {})
+    n = len(episode_ids)
+    sr = 100 * np.mean([float(episodes[e]["success"]) for e in episode_ids if e in episodes]) if episodes else float("nan")
+    ndtw = 100 * np.mean([float(episodes[e]["ndtw"]) for e in episode_ids if e in episodes]) if episodes else float("nan")
+    limit = int(cfg.env.max_agent_steps)
+    stopped = {e for e in episode_ids if int(episodes.get(e, {}).get("steps_taken", 0)) >= limit}
+    tndtw = tour.get("tndtw")
+    title = f"{cfg.eval.agent} on {cfg.eval.split}: tour {tour_id} in {scan}, {n} episodes"
+    subtitle = (f"t-nDTW {100 * tndtw:.1f}" if tndtw is not None else "t-nDTW n/a") + f"   SR {sr:.1f}   nDTW {ndtw:.1f}" + (
+        f"   {len(stopped)} of {n} episodes stopped by the {limit}-step limit" if stopped else "")
+    return {"title": title, "subtitle": subtitle, "step_limit": stopped}
 
 
 def _first_view(data_dir: Path, out: Path) -> None:
@@ -66,7 +85,7 @@ def _first_view(data_dir: Path, out: Path) -> None:
     sim = EmbeddedSimulator(cfg)
     sim.load_scene(str(data_dir / SCENE_DIR / ep.scene_id))
     sim.set_agent_state(ep.start_position, ep.start_heading)
-    save_image(out, panels(sim.get_observations()))
+    save_image(out, panels(sim.get_observations(), title=f"{ep.scan}, val_unseen episode {ep.episode_id}: the view at its start"))
     sim.close()
 
 

@@ -100,31 +100,48 @@ def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequen
         raise ValueError("reinforcement fine-tuning runs (rl/* scalars: "
                          + ", ".join(plain(n) for (n, _), r in zip(runs, rl) if r)
                          + ") and other training runs cannot share one figure: plot them separately")
-    fig = Figure(figsize=(12, 8), dpi=110, layout="constrained")
-    axes = fig.subplots(2, 2)
+    names = ", ".join(plain(n) for n, _ in runs)
     colors = [f"C{k % 10}" for k in range(len(runs))]
     if all(rl):
+        fig = Figure(figsize=(12, 8), dpi=110, layout="constrained")
+        fig.suptitle(f"reinforcement fine-tuning: {names}", fontsize=12)
+        axes = fig.subplots(2, 2)
         for ax, (title, percent, tags) in zip([a for row in axes for a in row], RL_PANELS):
             _finish(ax, title, "optimizer step", _draw(ax, runs, colors, tags, 100.0 if percent else 1.0))
         return _save(fig, out)
     panels = [
-        (axes[0][0], "loss", "training step", [(t, s) for t, s in zip(LOSS_TAGS, ("-", "--", ":"))]),
-        (axes[0][1], "action accuracy", "training step", [("train/action_accuracy", "-")]),
-        (axes[1][0], "β (teacher-forcing / DAgger mixing)", "training step", [("train/beta", "-")]),
+        ("loss", "training step", [(t, s) for t, s in zip(LOSS_TAGS, ("-", "--", ":"))]),
+        ("action accuracy", "training step", [("train/action_accuracy", "-")]),
+        ("β (teacher-forcing / DAgger mixing)", "training step", [("train/beta", "-")]),
     ]
-    for ax, title, xlabel, tags in panels:
+    has_eval = any(EVAL_TNDTW.match(t) for _, scalars in runs for t in scalars)
+    # only the panels with data: an empty panel says nothing (validation needs train.eval_splits)
+    shown = [p for p in panels if any(scalars.get(t) for _, scalars in runs for t, _ in p[2])]
+    n = len(shown) + (1 if has_eval else 0)
+    if n == 0:
+        raise ValueError(f"{', '.join(str(d) for d in dirs)}: no training scalars (train/*) in the TensorBoard events")
+    rows, cols = (1, n) if n <= 2 else (2, 2)
+    fig = Figure(figsize=(max(10, 6 * cols), 4.5 * rows), dpi=110, layout="constrained")
+    fig.suptitle(f"training curves: {names}" + ("" if has_eval else "  (no validation curve: the runs had no train.eval_splits)"),
+                 fontsize=12)
+    grid = fig.subplots(rows, cols, squeeze=False)
+    axes = [a for row in grid for a in row]
+    for ax, (title, xlabel, tags) in zip(axes, shown):
         _finish(ax, title, xlabel, _draw(ax, runs, colors, tags))
-    ax = axes[1][1]
-    drawn = False
-    for (name, scalars), c in zip(runs, colors):
-        for k, tag in enumerate(sorted(t for t in scalars if EVAL_TNDTW.match(t))):
-            pts = scalars[tag]
-            split = EVAL_TNDTW.match(tag).group(1)
-            scale = 100.0 if max(v for _, v in pts) <= 1.0 else 1.0  # logged as a fraction or x100
-            ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], ("-o", "--s", ":^")[k % 3], color=c, lw=1.4, ms=4,
-                    label=plain(f"{name}: {split}"))
-            drawn = True
-    _finish(ax, "validation t-nDTW (x 100)", "checkpoint", drawn)
+    if has_eval:
+        ax = axes[len(shown)]
+        drawn = False
+        for (name, scalars), c in zip(runs, colors):
+            for k, tag in enumerate(sorted(t for t in scalars if EVAL_TNDTW.match(t))):
+                pts = scalars[tag]
+                split = EVAL_TNDTW.match(tag).group(1)
+                scale = 100.0 if max(v for _, v in pts) <= 1.0 else 1.0  # logged as a fraction or x100
+                ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], ("-o", "--s", ":^")[k % 3], color=c, lw=1.4, ms=4,
+                        label=plain(f"{name}: {split}"))
+                drawn = True
+        _finish(ax, "validation t-nDTW (x 100)", "checkpoint", drawn)
+    for ax in axes[n:]:
+        ax.set_visible(False)
     return _save(fig, out)
 
 
@@ -136,7 +153,8 @@ def _draw(ax, runs, colors, tags, scale: float = 1.0) -> bool:
         for tag, style in tags:
             pts = scalars.get(tag)
             if pts:
-                ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], style, color=c, lw=1.4,
+                marker = "o" if len(pts) <= 3 else ""  # a series of one or two points shows as points
+                ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], style + marker, color=c, lw=1.4, ms=6,
                         label=plain(f"{name}: {tag.split('/', 1)[-1]}" if len(tags) > 1 or len(runs) > 1 else tag))
                 drawn = True
     return drawn

@@ -7,7 +7,7 @@ import numpy as np
 
 from ivln_ce.data.targets import AGENT, ORACLE_GOAL, ORACLE_START, TourPath
 from ivln_ce.scenes.layout import HouseLayout
-from ivln_ce.viz.scenes import PlanFrame, topdown_image
+from ivln_ce.viz.scenes import PlanFrame, titled, topdown_image
 
 COLORS = {
     "reference": (40, 160, 40),
@@ -43,10 +43,16 @@ def _runs(path: TourPath, phase: int) -> list[np.ndarray]:
     return out
 
 
-def tour_image(layout: HouseLayout, agent: TourPath, reference: TourPath | None = None, goals: dict[str, np.ndarray] | None = None, px_per_m: float = 40.0, title: str = "") -> np.ndarray:
+GOAL = (220, 30, 30)
+
+
+def tour_image(layout: HouseLayout, agent: TourPath, reference: TourPath | None = None, goals: dict[str, np.ndarray] | None = None,
+               px_per_m: float = 40.0, title: str = "", subtitle: str = "", step_limit: set[str] | None = None) -> np.ndarray:
     """Plan of the house with the reference (green), agent (blue), oracle-goal (orange) and
-    oracle-start (magenta) paths, and each episode's goal (red ring, numbered)."""
-    img = topdown_image(layout, None, px_per_m)
+    oracle-start (magenta) paths, and each episode's goal (red ring, numbered in tour order; an
+    episode that ended at the step limit is marked "k!"), under a title band; the objects are
+    drawn in muted colours so that each colour means one role."""
+    img = topdown_image(layout, None, px_per_m, muted=True)
     frame = PlanFrame(layout, px_per_m)
     if reference is not None:
         for run in _runs(reference, AGENT):
@@ -54,15 +60,25 @@ def tour_image(layout: HouseLayout, agent: TourPath, reference: TourPath | None 
     for phase, name in ((ORACLE_START, "oracle_start"), (ORACLE_GOAL, "oracle_goal"), (AGENT, "agent")):
         for run in _runs(agent, phase):
             _polyline(img, frame, run, COLORS[name], 2)
+    limited = step_limit or set()
     for k, (eid, g) in enumerate((goals or {}).items()):
         c = frame(g[0], g[2])
-        cv2.circle(img, c, 7, (220, 30, 30), 2, cv2.LINE_AA)
-        cv2.putText(img, str(k + 1), (c[0] + 8, c[1] - 6), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (220, 30, 30), 1, cv2.LINE_AA)
-    y = 18
-    for name, color in (("reference", COLORS["reference"]), ("agent", COLORS["agent"]), ("oracle to goal", COLORS["oracle_goal"]), ("oracle to start", COLORS["oracle_start"])):
-        cv2.line(img, (8, y - 4), (30, y - 4), color, 3)
-        cv2.putText(img, name, (36, y), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
-        y += 18
-    if title:
-        cv2.putText(img, title, (8, img.shape[0] - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
-    return img
+        cv2.circle(img, c, 7, GOAL, 2, cv2.LINE_AA)
+        text = f"{k + 1}!" if eid in limited else str(k + 1)
+        cv2.putText(img, text, (c[0] + 8, c[1] - 6), cv2.FONT_HERSHEY_SIMPLEX, 0.45, GOAL, 1, cv2.LINE_AA)
+    entries = [("reference path", COLORS["reference"]), ("agent", COLORS["agent"]), ("oracle to goal", COLORS["oracle_goal"]),
+               ("oracle to next start", COLORS["oracle_start"]), ("goal k (k-th episode)", None)]
+    if limited:
+        entries.append(("k!: stopped by the step limit", None))
+    key = np.full((18 * len(entries) + 8, 230, 3), 255, np.uint8)
+    for i, (name, color) in enumerate(entries):
+        y = 18 * (i + 1)
+        if color is not None:
+            cv2.line(key, (8, y - 4), (30, y - 4), color, 3)
+        elif i == 4:
+            cv2.circle(key, (19, y - 4), 6, GOAL, 2, cv2.LINE_AA)
+        cv2.putText(key, name, (36, y), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (0, 0, 0), 1, cv2.LINE_AA)
+    pad = np.full((max(img.shape[0], key.shape[0]), img.shape[1] + key.shape[1], 3), 255, np.uint8)
+    pad[:img.shape[0], :img.shape[1]] = img
+    pad[:key.shape[0], img.shape[1]:] = key
+    return titled(pad, [title, subtitle])

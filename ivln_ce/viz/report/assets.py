@@ -36,7 +36,7 @@ table.episodes tbody tr { cursor:pointer; } table.episodes tbody tr.sel { backgr
 mark.int { background:#ffe27a; padding:0 2px; border-radius:2px; } .probe { margin:4px 0; } .probe .instr { max-width:900px; } .frames { display:flex; gap:6px; flex-wrap:wrap; } figure.frame { margin:0; } figure.frame img { image-rendering:pixelated; border:1px solid #ccc; } figure.frame figcaption { font-size:11px; text-align:center; }
 .scroll { overflow-x:auto; }
 svg.bars { display:block; max-width:none; }
-svg.bars .grid { stroke:#e3e7ec; stroke-width:1; } svg.bars .tick { font-size:10px; fill:var(--muted); text-anchor:end; }
+svg.bars .grid { stroke:#e3e7ec; stroke-width:1; } svg.bars .tick { font-size:11px; fill:var(--muted); text-anchor:end; } svg.bars .tick.mid { text-anchor:middle; }
 svg.bars .blabel { font-size:10px; fill:var(--fg); } svg.bars .na { font-size:9px; fill:var(--muted); text-anchor:middle; }
 svg.bars a:hover .bar { opacity:.75; }
 .figs { display:grid; grid-template-columns:repeat(auto-fit,minmax(420px,1fr)); gap:18px; }

@@ -125,6 +125,9 @@ class TourTask:
     d_th: float
     settings: ImageSettings
     notes: list[str]
+    #: env.max_agent_steps of the run (None when its config does not say): an episode that took
+    #: that many agent steps was stopped by the limit, not by the agent
+    step_limit: int | None = None
 
 
 def _data_paths(cfg: dict, split: str, data_root: str | Path | None, where: str) -> dict[str, Path | None]:
@@ -264,6 +267,7 @@ def render_tour(task: TourTask) -> dict[str, Any]:
         episodes.append({
             "id": eid,
             "index": index[eid],
+            "at_step_limit": at_step_limit(task.metrics.get(eid), task.step_limit),
             "metrics": task.metrics.get(eid),
             "teleports": task.teleports.get(eid),
             "instruction": task.instructions.get(eid),
@@ -306,12 +310,26 @@ def render_tour(task: TourTask) -> dict[str, Any]:
         "tndtw_paper": number(summ.get("tndtw_paper")),
         "weight": number(summ.get("weight", None if al is None else al.weight)),
         "teleports": ctx["teleports"],
+        "step_limit_hits": sum(1 for e in episodes if e["at_step_limit"]) if task.step_limit else None,
         **means,  # tour means of the episodes' success, spl, ndtw, sdtw, cls (None where no episode has one)
         "alignment_tndtw": ctx["alignment"]["tndtw"] if al is not None else None,
         "page": f"{quote(task.run_dir)}/{quote(page.name)}",
         "_images": n_images,
         "_path": str(page),
     }
+
+
+def _step_limit(cfg: dict) -> int | None:
+    """``env.max_agent_steps`` of a run's config, or None when it is absent or not a positive int."""
+    env = cfg.get("env") if isinstance(cfg, dict) else None
+    value = env.get("max_agent_steps") if isinstance(env, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def at_step_limit(metrics, limit: int | None) -> bool:
+    """Whether an episode ended because it used every allowed agent step."""
+    steps = number(metrics.get("steps_taken")) if isinstance(metrics, dict) else None
+    return bool(limit and steps is not None and steps >= limit)
 
 
 class _RunInputs:
@@ -330,6 +348,7 @@ class _RunInputs:
             self.notes.append(f"{run.output('iterative_stats').name} holds no config: data files (targets, episodes, scenes) unknown")
         paths = _data_paths(cfg, run.split, data_root, where)
         self.d_th = _d_th(cfg, where)
+        self.step_limit = _step_limit(cfg)
         self.targets = self._targets(paths["target_paths"])
         self.episodes = self._episodes(paths["episodes"])
         self.scenes_dir = paths["scenes_dir"]
@@ -422,6 +441,7 @@ class _RunInputs:
                 agent=agent, target=self.targets.get(tid), metrics=self.all_stats.get(tid, {}), summary=summary,
                 teleports=tele or {}, instructions=instr, goals=goals, references=refs, background=bg, background_caption=caption,
                 maps_dir=maps_dir, frames_dir=frames_dir, videos_dir=videos_dir, d_th=self.d_th, settings=self.settings, notes=[],
+                step_limit=self.step_limit,
             ))
         return out
 

@@ -102,7 +102,7 @@ def plan_background(layout: HouseLayout, out: Path, href: str, settings: ImageSe
     (x0, z0), (x1, z1) = layout.bounds
     extent = max(x1 - x0, z1 - z0) + 1.2
     px_per_m = min(settings.plan_px_per_m, settings.plan_max_side / extent)
-    img = topdown_image(layout, None, px_per_m)
+    img = topdown_image(layout, None, px_per_m, muted=True)  # paths are drawn over it
     frame = PlanFrame(layout, px_per_m)
     write_png(out, img, settings)
     h, w = img.shape[:2]

@@ -170,12 +170,13 @@ def _run_section(r: dict) -> str:
             f'<tr><td class="l" data-v="{escape(t["tour_id"])}"><a href="{escape(t["page"])}">tour {escape(t["tour_id"])}</a></td>'
             f'<td class="l">{escape(t["scan"] or "")}</td>{td(t["episodes"], 0)}{td(scaled(t["tndtw"], 100))}'
             f'{td(scaled(t["tndtw_paper"], 100))}{td(t["weight"], 0)}'
-            + "".join(td(scaled(t.get(k), 100)) for k in TOUR_MEAN_KEYS) + f'{td(t["teleports"], 0)}</tr>'
+            + "".join(td(scaled(t.get(k), 100)) for k in TOUR_MEAN_KEYS) + f'{td(t["teleports"], 0)}{td(t.get("step_limit_hits"), 0)}</tr>'
         )
     parts.append(
         f'<h3>Tours</h3><table id="tours-{name}" class="data sortable tours"><thead><tr><th class="l">tour</th><th class="l">scene</th>'
         '<th>episodes</th><th>t-nDTW</th><th>t-nDTW (paper)</th><th>weight</th>'
-        + "".join(f"<th>{h}</th>" for h in TOUR_MEAN_KEYS.values()) + '<th>teleports</th></tr></thead>'
+        + "".join(f"<th>{h}</th>" for h in TOUR_MEAN_KEYS.values()) + '<th>teleports</th>'
+        '<th title="episodes that used every allowed agent step (env.max_agent_steps): stopped by the limit, not by the agent">at step limit</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table>'
     )
     if r.get("comparison"):
@@ -282,7 +283,8 @@ def tour_page(ctx: dict) -> str:
         m = ep["metrics"] or {}
         cells = "".join(td(scaled(m.get(key), sc), 0 if h == "steps" else 2) for h, key, sc in EPISODE_COLUMNS)
         b = ep["block"] or {}
-        rows.append(f'<tr data-ep="{ep["index"]}"><td data-v="{ep["index"] + 1}">{ep["index"] + 1}</td><td class="l">{escape(ep["id"])}</td>'
+        flag = ' <span class="badge no" title="stopped by the step limit (env.max_agent_steps), not by the agent">step limit</span>' if ep.get("at_step_limit") else ""
+        rows.append(f'<tr data-ep="{ep["index"]}"><td data-v="{ep["index"] + 1}">{ep["index"] + 1}</td><td class="l">{escape(ep["id"])}{flag}</td>'
                     f'{cells}{td(b.get("dtw"))}{td(b.get("n"), 0)}{td(b.get("m"), 0)}{td(ep["teleports"], 0)}</tr>')
     parts.append(
         '<h2>Episodes</h2><div class="scroll"><table id="episodes" class="data sortable episodes"><thead><tr><th>#</th><th class="l">episode</th>'

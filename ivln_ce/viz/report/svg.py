@@ -18,11 +18,24 @@ from ivln_ce.data.targets import AGENT, ORACLE_GOAL, ORACLE_START, TourPath
 from ivln_ce.metrics.alignment import TourAlignment
 
 
+#: hue ranges of the episode colours: purple to magenta and orange to amber. Blue (the agent)
+#: and green (the target path) are the DTW panel's role colours and red marks goals, so no
+#: episode takes them and a colour means one thing on a page
+EPISODE_HUES = ((0.74, 0.95), (0.05, 0.16))
+
+
 def episode_color(k: int) -> str:
-    """A distinct, readable colour per episode index (golden-angle hues)."""
-    h = (k * 0.381966 + 0.58) % 1.0
-    r, g, b = colorsys.hls_to_rgb(h, 0.42, 0.75)
-    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
+    """A distinct, readable colour per episode index, outside the role colours (golden-ratio
+    steps through ``EPISODE_HUES``, two lightness levels)."""
+    span = sum(b - a for a, b in EPISODE_HUES)
+    u = (k * 0.618034 + 0.1) % 1.0 * span
+    for a, b in EPISODE_HUES:
+        if u < b - a:
+            h = a + u
+            break
+        u -= b - a
+    r, g, b_ = colorsys.hls_to_rgb(h, 0.40 if k % 2 == 0 else 0.30, 0.78)
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b_ * 255):02x}"
 
 
 def _pts(points: np.ndarray) -> str:
@@ -174,13 +187,19 @@ def alignment_svg(al: TourAlignment, episode_ids: list[str], background: Backgro
 
 
 def bar_chart_svg(svg_id: str, bars: list[tuple[str, float | None, str, str]], color: str = "#3b6fb6") -> str:
-    """Vertical bars (label, value in 0..100 or None, link, tooltip), one per tour, linked to its page."""
+    """Vertical bars (label, value in 0..100 or None, link, tooltip), one per tour, linked to its
+    page, each with its value above it; readable at any number of tours (at least 560 px wide,
+    labels turned only when the bars are narrow)."""
     n = max(len(bars), 1)
-    bw, gap, left, top, h = 18.0, 6.0, 34.0, 10.0, 160.0
-    width = left + n * (bw + gap) + 10
-    height = top + h + 46
+    left, top, h, right = 52.0, 22.0, 220.0, 12.0
+    bw = max(14.0, min(48.0, (560.0 - left - right) / n - 8.0))
+    gap = max(6.0, bw * 0.25)
+    width = max(560.0, left + n * (bw + gap) + right)
+    turned = bw < 30
+    height = top + h + (56 if turned else 34)
     parts = [f'<svg id="{escape(svg_id)}" class="bars" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
-             f'role="img" aria-label="per-tour t-nDTW" xmlns="http://www.w3.org/2000/svg">']
+             f'role="img" aria-label="t-nDTW of each tour, x 100" xmlns="http://www.w3.org/2000/svg">',
+             f'<text class="tick mid" transform="translate(14,{top + h / 2:.0f}) rotate(-90)">t-nDTW × 100</text>']
     for t in (0, 25, 50, 75, 100):
         y = top + h * (1 - t / 100)
         parts.append(f'<line class="grid" x1="{left - 4}" x2="{width - 6:.0f}" y1="{y:.1f}" y2="{y:.1f}"/>'
@@ -193,7 +212,12 @@ def bar_chart_svg(svg_id: str, bars: list[tuple[str, float | None, str, str]], c
         else:
             v = min(max(value, 0.0), 100.0)
             bh = h * v / 100
-            parts.append(f'<rect class="bar" x="{x:.1f}" y="{top + h - bh:.2f}" width="{bw}" height="{max(bh, 0.5):.2f}" fill="{color}" data-v="{value:.6g}"/>')
-        parts.append(f'<text class="blabel" transform="translate({x + bw / 2:.1f},{top + h + 8:.1f}) rotate(55)">{escape(label)}</text></a>')
+            parts.append(f'<rect class="bar" x="{x:.1f}" y="{top + h - bh:.2f}" width="{bw:.1f}" height="{max(bh, 0.5):.2f}" fill="{color}" data-v="{value:.6g}"/>')
+            if bw >= 22:
+                parts.append(f'<text class="tick mid" x="{x + bw / 2:.1f}" y="{top + h - bh - 4:.1f}">{value:.1f}</text>')
+        if turned:
+            parts.append(f'<text class="blabel" transform="translate({x + bw / 2:.1f},{top + h + 8:.1f}) rotate(55)">{escape(label)}</text></a>')
+        else:
+            parts.append(f'<text class="tick mid" x="{x + bw / 2:.1f}" y="{top + h + 16:.1f}">{escape(label)}</text></a>')
     parts.append("</svg>")
     return "".join(parts)
