@@ -22,7 +22,7 @@ import numpy as np
 from ivln_ce.scenes.categories import CLASS_COLORS
 from ivln_ce.viz.files import ResultsError, output_dir, write_output
 from ivln_ce.viz.records import read_map_record
-from ivln_ce.viz.scenes import legend
+from ivln_ce.viz.scenes import legend, titled
 
 VOID_OCCUPIED = (90, 90, 90)
 #: longest side of an allocentric picture, pixels
@@ -88,11 +88,13 @@ def map_record_image(path: str | Path, root: str | Path | None = None) -> np.nda
     """The picture of one map record of the results folder ``root`` (default: the record's folder)."""
     path = Path(path)
     rec = read_map_record(path, Path(root) if root is not None else path.parent)
-    allo = allocentric_image(rec.xyz, rec.labels, rec.paths, rec.goal)
+    allo = titled(allocentric_image(rec.xyz, rec.labels, rec.paths, rec.goal),
+                  ["allocentric memory", "paths: agent blue, reference green; goal red"], 0.42)
+    where = f"{path.parent.name}/{path.stem}"  # the tour folder and the episode
     if rec.occupancy is not None:
-        ego = egocentric_image(rec.occupancy, rec.semantic)
-        return _side_by_side(ego, allo, legend(max(ego.shape[0], 250)))
-    return _side_by_side(allo, legend(250))
+        ego = titled(egocentric_image(rec.occupancy, rec.semantic), ["egocentric map at the end", "agent at the centre, facing up"], 0.42)
+        return titled(_side_by_side(ego, allo, titled(legend(max(ego.shape[0], 250)), ["classes"], 0.42)), [f"maps of {where}"])
+    return titled(_side_by_side(allo, titled(legend(250), ["classes"], 0.42)), [f"maps of {where}"])
 
 
 def render_map_records(results: str | Path, out: str | Path | None = None, progress=None) -> list[Path]:
