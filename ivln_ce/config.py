@@ -224,6 +224,11 @@ class PolicyConfig:
     #: on purpose (``eval`` labels such runs ``{policy.name}-random-init``)
     checkpoint: str = ""
     depth_backbone: DepthBackbone = DepthBackbone.resnet50
+    #: seed of the frozen encoders' random initialisation (the depth backbone, the RGB trunk) when
+    #: no weights file gives them; -1 = the run's ``seed``. Fixed, runs of different seeds share
+    #: their frozen encoders, as runs of pretrained ones do, and so one teacher-forcing
+    #: collection (``train.store_cache``)
+    frozen_encoder_seed: int = -1
     #: DD-PPO depth encoder weights (``gibson-2plus-resnet50.pth``); empty = none (random
     #: frozen encoder: smoke tests only). A checkpoint's own copy wins.
     ddppo_weights: str = ""
@@ -391,6 +396,11 @@ class TrainConfig:
     #: how the training forward runs a batch of (T, B) sequences: whole (launches that do not grow
     #: with T) or step (one ``CMANet.step`` per timestep: the reference, equal within 1e-5)
     sequence_forward: SequenceForward = SequenceForward.whole
+    #: a folder of teacher-forcing stores shared by runs (empty = none): a round with beta = 1 is
+    #: copied from there when a store of exactly the same inputs (data, simulator, environment,
+    #: maps, frozen encoders, store format) is present and passes its checks, else collected and
+    #: added (``training/store_cache.py``)
+    store_cache: str = ""
     #: reinforcement fine-tuning (train.trainer=rl)
     rl: RLConfig = field(default_factory=RLConfig)
 

@@ -91,6 +91,8 @@ def build_policy(policy_cfg: PolicyConfig, vocab_size: int, train_cfg: TrainConf
         policy = CMAPolicy(VARIANTS[name], vocab_size, embeddings, backbone, pc.rgb_depth,
                            reset_state_gru_per_episode=pc.reset_state_gru_per_episode, **switches)
     policy.sequence_forward = _name(tc.sequence_forward)
+    if int(pc.frozen_encoder_seed) >= 0:
+        _reseed_frozen_encoders(policy, int(pc.frozen_encoder_seed), int(pc.rgb_depth))
     mode = _name(pc.embedding_training)
     if mode != "auto":
         policy.net.instruction_encoder.embedding_layer.weight.requires_grad_(mode == "learn")
@@ -110,6 +112,20 @@ def build_policy(policy_cfg: PolicyConfig, vocab_size: int, train_cfg: TrainConf
         elif not path.is_dir():
             raise FileNotFoundError(f"policy.checkpoint: {path}: no such file or folder")
     return policy.to(device), reports
+
+
+def _reseed_frozen_encoders(policy: CMAPolicy, seed: int, rgb_depth: int) -> None:
+    """Draw the frozen encoders' initial weights (depth backbone, RGB trunk) from ``seed`` alone,
+    whatever the run's seed; weights files loaded afterwards still win."""
+    from ivln_ce.models.encoders import RGBEncoder
+
+    net = policy.net
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        depth = net.depth_encoder.visual_encoder
+        depth.load_state_dict(type(depth)().state_dict())
+        if getattr(net, "rgb_encoder", None) is not None:
+            net.rgb_encoder.cnn.load_state_dict(RGBEncoder(rgb_depth).cnn.state_dict())
 
 
 def checkpoint_kind(ckpt: dict[str, Any]) -> str:

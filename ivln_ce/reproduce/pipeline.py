@@ -69,9 +69,14 @@ def base_overrides(out: Path, data: Path, scale: Scale, run: Run, seed: int, dev
 
 
 def train_overrides(out: Path, scale: Scale, run: Run, seed: int) -> list[str]:
+    """Every seed of a recipe shares its frozen encoders (as the paper's pretrained ones are
+    shared), so the seeds' teacher-forcing data is the same and is collected once
+    (``train.store_cache``, checked on every reuse); the seeds differ in the trained weights
+    and the batch order."""
     return [f"train.out_dir={run_dir(out, run, seed) / 'train'}", "train.split=train", f"train.epochs={scale.epochs}",
             f"train.update_size={scale.update_size}", f"train.batch_size={scale.batch_size}", f"train.num_envs={scale.num_envs}",
-            f"train.max_steps={scale.max_steps}", "train.iterations=1", "train.p=1.0"]
+            f"train.max_steps={scale.max_steps}", "train.iterations=1", "train.p=1.0", f"train.store_cache={out / 'store_cache'}",
+            "policy.frozen_encoder_seed=0"]
 
 
 def eval_overrides(out: Path, scale: Scale, run: Run, seed: int, split: str, mode: str, checkpoint: Path, tours: list[str]) -> list[str]:

@@ -70,7 +70,7 @@ from ivln_ce.progress import bar as progress_bar
 log = logging.getLogger(__name__)
 
 RESUME_FILE = "resume.pt"
-COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits",
+COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits", "train.store_cache",
                        "train.eval_tours", "train.device")
 
 
@@ -347,10 +347,20 @@ def collate_padded(items: list[tuple[Any, int]], inflection: float) -> Batch:
     return collate([e for e, _ in items], inflection, pad_to=items[0][1])
 
 
-def canonical_order(store: TrajectoryStore) -> list[int]:
+def canonical_order(store: TrajectoryStore, first_round_plan: dict[str, int] | None = None) -> list[int]:
     """Store indices sorted by the episodes' ``order`` key (round, plan position, position in
-    the tour): independent of how many environments or ranks collected them."""
-    keys = [tuple(store.meta(i)["order"]) for i in range(len(store))]
+    the tour): independent of how many environments or ranks collected them.
+
+    ``first_round_plan`` (tour id -> position in this run's own plan of round 0) replaces the
+    stored plan positions of round 0: a store reused from ``train.store_cache`` was collected in
+    another run's (seed's) plan order, and this run trains in the order it would have collected."""
+    keys = []
+    for i in range(len(store)):
+        meta = store.meta(i)
+        key = tuple(meta["order"])
+        if first_round_plan is not None and key[0] == 0:
+            key = (0, first_round_plan[str(meta["tour_id"])], *key[2:])
+        keys.append(key)
     return sorted(range(len(store)), key=lambda i: keys[i])
 
 
@@ -498,6 +508,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         for folder in (store_dir, replay_dir):  # this run's own (the marker proves it) from a start killed before its first resume point
             if folder.exists():
                 shutil.rmtree(folder)
+        (out / FROM_CACHE).unlink(missing_ok=True)
     ddp.barrier()
     writer = None
     if rank == 0:
@@ -517,6 +528,24 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         if state.done or stop:
             break
         beta = beta_for_round(float(tc.p), k, warm)
+        cached = None
+        if not state.collected and _cacheable(cfg, k, beta):
+            cached = _fetch_cached_store(cfg, data, policy, out, store_dir, rank)
+        if cached is not None:
+            store = TrajectoryStore(store_dir)
+            state.collected = True
+            state.store = store.lengths()
+            state.episodes_collected = len(store)
+            state.steps_collected = store.total_steps()
+            if writer is not None:
+                writer.add_scalar("train/beta", beta, state.step)
+                writer.add_scalar("train/episodes_collected", state.episodes_collected, state.step)
+                writer.add_scalar("train/steps_collected", state.steps_collected, state.step)
+            if rank == 0:
+                print(f"ivln-ce train: round {k}: the teacher-forcing store {cached} of the same inputs reused "
+                      f"({state.episodes_collected} episodes, {state.steps_collected} steps; train.store_cache)", file=sys.stderr)
+                save_resume(out, fingerprint, state, policy, opt, writer)
+            ddp.barrier()
         if not state.collected:
             items, plan, mine = _round_plan(cfg, data, k, rank, world)
             bar, progress = _episode_bar(items, mine, f"collect round {k} (beta {beta:.3f})", show_progress)
@@ -538,6 +567,8 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
                 writer.add_scalar("train/collect_steps_per_s", stats.steps / max(stats.seconds, 1e-9), state.step)
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
+                if _cacheable(cfg, k, beta):
+                    _publish_store(cfg, data, policy, store_dir)
             ddp.barrier()
         while not tc.store_observations and state.replay_rounds <= k:  # this round, or every round of a lost cache
             _replay(cfg, data, state.replay_rounds, warm, store_dir, replay_dir, policy, pipeline, state, rank, world, show_progress)
@@ -545,7 +576,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
                 save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
         store = TrajectoryStore(store_dir if tc.store_observations else replay_dir)
-        order = canonical_order(store)
+        order = canonical_order(store, _own_first_round_plan(cfg, data, out, rank, world))
         for e in range(state.epoch, int(tc.epochs)):
             if tc.trainer == TrainerKind.tour_sequential:
                 stop = train_tour_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
@@ -672,6 +703,73 @@ def _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer=
     every = int(cfg.train.resume_every)
     if every and state.step % every == 0 and rank == 0:
         save_resume(out, fingerprint, state, policy, opt, writer)
+
+
+def _cacheable(cfg: DictConfig, k: int, beta: float) -> bool:
+    """Whether round ``k`` may come from (and go to) ``train.store_cache``: the first round of
+    teacher forcing (beta = 1), with observations stored."""
+    tc = cfg.train
+    return bool(str(tc.store_cache).strip()) and k == 0 and beta == 1.0 and bool(tc.store_observations)
+
+
+#: written into a run's folder when its first round came from the store cache (which entry)
+FROM_CACHE = "store_from_cache.json"
+
+
+def _store_fingerprint(cfg: DictConfig, data: "TrainingData", policy) -> str:
+    from ivln_ce.training.store_cache import collection_fingerprint
+
+    scenes = fpr.scene_digests(data.scenes_dir, sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items}))
+    plan_seed = int(cfg.seed) if int(cfg.train.update_size) > 0 else None
+    return collection_fingerprint(cfg, dict(data.files), scenes, policy, plan_seed)
+
+
+def _fetch_cached_store(cfg: DictConfig, data: "TrainingData", policy, out: Path, store_dir: Path, rank: int) -> Path | None:
+    """Rank 0 copies a matching cached store into the run's empty ``store_dir`` and records
+    which entry in ``FROM_CACHE``; every rank then reads that record (the entry, or None)."""
+    from ivln_ce.training.store_cache import StoreCacheError, fetch
+
+    if rank == 0:
+        empty = True
+        if store_dir.exists():
+            store = TrajectoryStore(store_dir)
+            empty = len(store) == 0
+            store.close()
+            if empty:
+                shutil.rmtree(store_dir)  # the run's own empty store (its marker proves the folder is the run's)
+        if empty:
+            fp = _store_fingerprint(cfg, data, policy)
+            try:
+                manifest = fetch(cfg.train.store_cache, fp, store_dir)
+            except StoreCacheError as exc:
+                raise ConfigError(str(exc)) from exc
+            if manifest is not None:
+                atomic_write_text(out / FROM_CACHE, json.dumps({"entry": str(Path(cfg.train.store_cache) / fp), "fingerprint": fp,
+                                                                "episodes": manifest["episodes"], "steps": manifest["steps"]}))
+    ddp.barrier()
+    record = out / FROM_CACHE
+    if not record.is_file():
+        return None
+    return Path(json.loads(record.read_text())["entry"])
+
+
+def _own_first_round_plan(cfg: DictConfig, data: "TrainingData", out: Path, rank: int, world: int) -> dict[str, int] | None:
+    """This run's plan positions of round 0 when that round's store came from the cache."""
+    if not (out / FROM_CACHE).is_file():
+        return None
+    items, plan, _ = _round_plan(cfg, data, 0, rank, world)
+    return {items[k].tour.tour_id: n for n, k in enumerate(plan)}
+
+
+def _publish_store(cfg: DictConfig, data: "TrainingData", policy, store_dir: Path) -> None:
+    from ivln_ce.training.store_cache import StoreCacheError, publish
+
+    try:
+        entry = publish(cfg.train.store_cache, _store_fingerprint(cfg, data, policy), store_dir)
+    except StoreCacheError as exc:
+        log.warning("%s: the store was not added to the cache", exc)
+        return
+    print(f"ivln-ce train: the teacher-forcing store is in the cache for runs of the same inputs: {entry}", file=sys.stderr)
 
 
 def _pipeline(cfg: DictConfig, policy, device: str):
