@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap
+from ivln_ce.metrics.cluster_interval import FEW_HOUSES
 from ivln_ce.viz.paired import (
     EPISODE_KEYS,
     METRICS,
@@ -31,9 +34,9 @@ from ivln_ce.viz.paired import (
 )
 from ivln_ce.viz.paired import comparison_json as _comparison_json
 
-__all__ = ["EPISODE_KEYS", "METRICS", "OPTIONAL", "TNDTW_KEYS", "VERDICTS", "CompareError", "Comparison", "Interval", "Paired",
-           "TourSetMismatch", "TourTable", "Verdict", "compare", "comparison_json", "format_comparison", "hierarchical_bootstrap",
-           "pair", "read_tours", "verdict"]
+__all__ = ["EPISODE_KEYS", "JUDGEMENTS", "METRICS", "NULL_MARGIN", "OPTIONAL", "TNDTW_KEYS", "VERDICTS", "CompareError", "Comparison",
+           "Interval", "Judgement", "Paired", "TourSetMismatch", "TourTable", "Verdict", "compare", "comparison_json", "format_comparison",
+           "hierarchical_bootstrap", "judge", "pair", "read_tours", "verdict"]
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
 
@@ -68,6 +71,73 @@ def verdict(interval: Interval, direction: int) -> Verdict:
     else:
         word = "inconclusive"
     return Verdict(word, lo, hi, interval.level, direction)
+
+
+# --------------------------------------------------------------------------- against the paper's effect size
+
+JUDGEMENTS = ("reproduced", "not reproduced", "null reproduced", "inconclusive")
+#: the margin of the paper's null claims ("does not help", "no better than"), fixed before
+#: measuring: 3 t-nDTW points (x100), half the smallest difference the paper reads as an effect
+#: (It - Ep of the MAP-CMA models, +6)
+NULL_MARGIN = 3.0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A verdict against the paper's claim, with the interval that decided it and how it was made."""
+
+    word: str
+    low: float
+    high: float
+    level: float
+    method: str  # "t-interval on G house means" below ``FEW_HOUSES`` houses, else the bootstrap
+    claim: str  # "effect +6.0", "sign +", "null within +-3.0"
+
+
+def judge(interval: Interval, paper: float | None = None, direction: int | None = None, null: bool = False,
+          margin: float = NULL_MARGIN) -> Judgement:
+    """The verdict rule of the findings (docs/results/findings.md):
+
+    - below 12 houses the interval is the t-interval on the house means (valid with few
+      clusters), else the hierarchical bootstrap's;
+    - a claimed effect ``paper`` (a difference, x100) is *reproduced* when the interval excludes
+      0 on its side, *not reproduced* when it excludes half the paper's effect (the effect is at
+      most half the paper's size, or of the opposite sign), else *inconclusive*;
+    - with ``paper`` None, only the sign ``direction`` is claimed: *not reproduced* is then an
+      interval that excludes 0 on the other side;
+    - a claimed null (``null``) is *null reproduced* when the interval lies inside
+      [-margin, +margin], *not reproduced* when it lies wholly outside it, else *inconclusive*."""
+    if interval.houses < FEW_HOUSES:
+        lo, hi, method = interval.t_low, interval.t_high, f"t-interval on {interval.houses} house means"
+    else:
+        lo, hi, method = interval.low, interval.high, "hierarchical bootstrap"
+    if null:
+        if not margin > 0:
+            raise ValueError(f"a null claim needs a positive margin, got {margin}")
+        claim = f"null within +-{margin:g}"
+    elif paper is not None:
+        if not math.isfinite(paper) or paper == 0:
+            raise ValueError(f"the paper's effect must be a finite non-zero difference (a null claim: null=True), got {paper}")
+        claim = f"effect {paper:+g}"
+    else:
+        if direction not in (1, -1):
+            raise ValueError(f"direction must be +1 or -1, got {direction!r}")
+        claim = f"sign {'+' if direction > 0 else '-'}"
+    if interval.tours * interval.seeds < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
+        return Judgement("inconclusive", lo, hi, interval.level, method, claim)
+    if null:
+        word = "null reproduced" if -margin <= lo and hi <= margin else ("not reproduced" if lo > margin or hi < -margin else "inconclusive")
+        return Judgement(word, lo, hi, interval.level, method, claim)
+    s = direction if paper is None else (1 if paper > 0 else -1)
+    if (s > 0 and lo > 0) or (s < 0 and hi < 0):
+        word = "reproduced"
+    elif paper is not None and ((s > 0 and hi < paper / 2) or (s < 0 and lo > paper / 2)):
+        word = "not reproduced"
+    elif paper is None and ((s > 0 and hi < 0) or (s < 0 and lo > 0)):
+        word = "not reproduced"
+    else:
+        word = "inconclusive"
+    return Judgement(word, lo, hi, interval.level, method, claim)
 
 
 def comparison_json(c: Comparison, verdicts: dict[str, Verdict] | None = None) -> dict[str, Any]:

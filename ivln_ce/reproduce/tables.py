@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.data.jsonio import atomic_write_text
+from ivln_ce.metrics.cluster_interval import FEW_HOUSES
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
-from ivln_ce.reproduce.stats import VERDICTS, Comparison, compare, read_tours, verdict
+from ivln_ce.reproduce.stats import NULL_MARGIN, VERDICTS, Comparison, compare, judge, read_tours
 from ivln_ce.viz.runs import ResultsError
 from ivln_ce.viz.table import mean_se as seed_mean_se
 
@@ -117,29 +118,36 @@ def _difference(c: Comparison, split: str = "val_unseen") -> str:
             f"{iv.low:+.1f} to {iv.high:+.1f}; {_n(iv.tours, 'tour')} in {_n(iv.houses, 'house')}, {iv.seeds} seed(s))")
 
 
-def _record(records: list, name: str, c: Comparison | str, direction: int, paper: float | None) -> str | None:
-    """Append the finding's numbers (every metric's interval) to ``records``; its verdict word."""
+def _record(records: list, name: str, c: Comparison | str, paper: float | None, null: bool) -> str | None:
+    """Append the finding's numbers (every metric's interval) to ``records``; its verdict word
+    (``stats.judge``: against the paper's effect, or its null claim, or, without a paper number,
+    the sign +)."""
     if isinstance(c, str):
         records.append({"finding": name, "computed": False, "why": c, "paper": paper})
         return None
-    v = verdict(c.intervals["t-nDTW"], direction)
-    records.append({"finding": name, "computed": True, "paper": paper, "direction": direction, "verdict": v.word,
+    v = judge(c.intervals["t-nDTW"], paper=None if null else paper, direction=1 if paper is None else None, null=null)
+    records.append({"finding": name, "computed": True, "paper": paper, "claim": v.claim, "verdict": v.word,
+                    "decided_by": {"method": v.method, "low": v.low, "high": v.high, "level": v.level},
                     "tndtw_field": c.tndtw_field, "intervals": {m: iv.as_dict() for m, iv in c.intervals.items()},
                     "sources": [{"a": a, "b": b} for a, b in c.sources]})
     return v.word
 
 
-def _finding(records: list, name: str, c: Comparison | str, paper: float, direction: int) -> str:
-    """One finding: the paper claims the difference has the sign of ``direction``."""
-    word = _record(records, name, c, direction, paper)
+def _finding(records: list, name: str, c: Comparison | str, paper: float, null: bool = False) -> str:
+    """One finding: the paper's difference ``paper`` is an effect, or with ``null`` a claim of
+    no effect (within ``stats.NULL_MARGIN``)."""
+    word = _record(records, name, c, paper, null)
     if word is None:
         return f"{name}: not computed ({c})."
-    return f"{name}: {_difference(c)} (paper {paper:+.0f}) - {word}."
+    iv = c.intervals["t-nDTW"]
+    decided = (f"; t-interval on {iv.houses} house means {iv.t_low:+.1f} to {iv.t_high:+.1f}" if iv.houses < FEW_HOUSES else "")
+    claim = f"paper {paper:+.0f}, a claim of no effect (margin +-{NULL_MARGIN:g})" if null else f"paper {paper:+.0f}"
+    return f"{name}: {_difference(c)}{decided} ({claim}) - {word}."
 
 
 def _floor_finding(records: list, name: str, c: Comparison | str) -> str:
     name = f"{name} beats the random agent"
-    word = _record(records, name, c, 1, None)
+    word = _record(records, name, c, None, False)
     if word is None:
         return f"{name}: not computed ({c})."
     return f"{name}: {_difference(c)} - {dict(zip(VERDICTS, ('yes', 'no (worse)', 'inconclusive')))[word]}."
@@ -238,7 +246,7 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
             if m in keys:
                 paper = PAPER_TABLE3[m]["val_unseen"][-1] - PAPER_TABLE3["cma"]["val_unseen"][-1]
                 verdicts.append(_finding(records, f"Latent tour memory does not help: {NAMES[m]} - CMA",
-                                         _paired(out, (m, "-"), ("cma", "-"), seeds), paper, -1))
+                                         _paired(out, (m, "-"), ("cma", "-"), seeds), paper, null=True))
     if by_table["table4"]:
         checks = [("gt", ("map_cma_gt_iterative", "iterative"), ("map_cma_gt_episodic", "episodic"), 1,
                    "Map memory over tours helps (GT semantics): train+eval It - train+eval Ep"),
@@ -252,7 +260,8 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
             if a[0] in keys and b[0] in keys:
                 pa = PAPER_TABLE4[(sem, a[0].rsplit("_", 1)[1], a[1])]["val_unseen"][-1]
                 pb = PAPER_TABLE4[(sem, b[0].rsplit("_", 1)[1], b[1])]["val_unseen"][-1]
-                verdicts.append(_finding(records, name, _paired(out, a, b, seeds), pa - pb, direction))
+                # "helps" claims the paper's difference; "no better than" claims no effect
+                verdicts.append(_finding(records, name, _paired(out, a, b, seeds), pa - pb, null=direction < 0))
     for run in runs:  # the floor: a trained model should beat the random agent on the same tours
         mode = "-" if run.table == "table3" else run.train_mode
         name = NAMES[run.key] if run.table == "table3" else (

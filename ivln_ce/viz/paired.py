@@ -27,6 +27,7 @@ import numpy as np
 
 from ivln_ce.data.jsonio import DataFormatError
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
+from ivln_ce.metrics.cluster_interval import FEW_HOUSES, house_t_interval
 from ivln_ce.viz.files import read_results_json
 from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
 from ivln_ce.viz.table import identity
@@ -285,6 +286,11 @@ class Interval:
     tours: int
     mean_a: float
     mean_b: float
+    #: the mean of the house means and its t-interval (``metrics.cluster_interval``): valid with
+    #: few houses, where the bootstrap's is too narrow; NaN with one house
+    house_mean: float = float("nan")
+    t_low: float = float("nan")
+    t_high: float = float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -461,8 +467,10 @@ def _intervals(metrics: Sequence[str], diffs: Sequence[np.ndarray], paired: Sequ
     boot = hierarchical_bootstrap(stacked, groups, resamples, np.random.default_rng(seed))
     lows, highs = percentile_interval(boot, level)
     n_houses, n_tours = len(set(houses.tolist())), len({t for p in paired for t in p.tours})
+    t_ivs = house_t_interval(stacked, houses, level)
     return {m: Interval(m, float(stacked[:, j].mean()), float(lows[j]), float(highs[j]), level, resamples, len(paired), n_houses,
-                        n_tours, float(means_a[j]), float(means_b[j])) for j, m in enumerate(metrics)}
+                        n_tours, float(means_a[j]), float(means_b[j]), t_ivs[j].mean, t_ivs[j].low, t_ivs[j].high)
+            for j, m in enumerate(metrics)}
 
 
 # --------------------------------------------------------------------------- presentation
@@ -510,9 +518,15 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
     lines.append(f"{c.split}: {names[0]} - {names[1]}, paired per tour; {tours} in {houses}, "
                  f"{any_iv.seeds} seed(s); {100 * any_iv.level:g} % percentile interval of a hierarchical bootstrap "
                  f"({'seeds, ' if any_iv.seeds > 1 else ''}houses, tours; {any_iv.resamples} resamples)")
-    lines.append(f"{'metric':>7} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}   interval")
+    few = any_iv.houses < FEW_HOUSES and any_iv.houses >= 2
+    lines.append(f"{'metric':>7} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}   interval"
+                 + ("           house means  t-interval" if few else ""))
     for m, iv in c.intervals.items():
-        lines.append(f"{m:>7} {iv.mean_a:9.2f} {iv.mean_b:9.2f} {iv.mean:+8.2f}   [{iv.low:+.2f}, {iv.high:+.2f}]")
+        lines.append(f"{m:>7} {iv.mean_a:9.2f} {iv.mean_b:9.2f} {iv.mean:+8.2f}   [{iv.low:+.2f}, {iv.high:+.2f}]"
+                     + (f"   {iv.house_mean:+8.2f}  [{iv.t_low:+.2f}, {iv.t_high:+.2f}]" if few else ""))
+    if few:
+        lines.append(f"with {any_iv.houses} houses the bootstrap interval is too narrow; the t-interval on the {any_iv.houses} "
+                     f"house means ({any_iv.houses - 1} degrees of freedom) is the one a verdict reads")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
 
