@@ -98,7 +98,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     train, rl_errors = train_il, ()
-    if cfg.train.trainer.value == "rl":  # reinforcement fine-tuning (seed 000) lives in rl/, above training/
+    if cfg.train.trainer.value == "rl":  # reinforcement fine-tuning (after Jain et al. 2019) lives in rl/, above training/
         from ivln_ce.rl.rewards import RewardError  # an episode the rewards are undefined for (a goal off the navmesh)
         from ivln_ce.rl.trainer import train_rl
 

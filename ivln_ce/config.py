@@ -393,8 +393,9 @@ class TrainConfig:
     eval_tours: list[str] = field(default_factory=list)
     #: arithmetic of the training forward pass (docs/results/precision.md measures bf16 on CPU)
     precision: Precision = Precision.fp32
-    #: how the training forward runs a batch of (T, B) sequences: whole (launches that do not grow
-    #: with T) or step (one ``CMANet.step`` per timestep: the reference, equal within 1e-5)
+    #: how the training forward runs a batch of (T, B) sequences: whole (every layer over T x B at
+    #: once, one GRU call per layer) or step (one ``CMANet.step`` per timestep: the reference,
+    #: equal within 1e-5)
     sequence_forward: SequenceForward = SequenceForward.whole
     #: a folder of teacher-forcing stores shared by runs (empty = none): a round with beta = 1 is
     #: copied from there when a store of exactly the same inputs (data, simulator, environment,

@@ -414,7 +414,7 @@ class CMAPolicy(nn.Module):
         value head reads (``ivln_ce.rl``).
 
         ``mode`` (default: the policy's ``sequence_forward``, set from ``train.sequence_forward``)
-        is ``whole`` (``CMANet.sequence``: launches that do not grow with T) or ``step`` (the
+        is ``whole`` (``CMANet.sequence``: dispatched operators that do not grow with T) or ``step`` (the
         per-step loop of ``act``, the reference the whole-sequence path is tested against)."""
         mode = mode or self.sequence_forward
         if mode not in SEQUENCE_FORWARDS:
@@ -429,8 +429,9 @@ class CMAPolicy(nn.Module):
             if lengths is None:
                 last = states[-1]
             else:
-                ends = (lengths.to(states.device).long() - 1).clamp(min=0)
-                last = states[ends, torch.arange(N, device=states.device)]
+                lengths = lengths.to(states.device).long()
+                last = states[(lengths - 1).clamp(min=0), torch.arange(N, device=states.device)]
+                last = torch.where((lengths > 0)[:, None, None], last, h)  # a column without steps keeps h0, as in the loop
             return self.action_distribution(out), progress, last, out
         logits, progress, features = [], [], []
         last = h

@@ -99,9 +99,9 @@ class RolloutBatch:
                                                                    "old_logp", "advantages", "targets", "valid")))
 
 
-def _pad(arrays: list[np.ndarray], T: int, dtype=None) -> torch.Tensor:
+def _pad(arrays: list[np.ndarray], T: int, dtype=None, fill: float = 0) -> torch.Tensor:
     first = np.asarray(arrays[0])
-    out = np.zeros((T, len(arrays), *first.shape[1:]), dtype=dtype or first.dtype)
+    out = np.full((T, len(arrays), *first.shape[1:]), fill, dtype=dtype or first.dtype)
     for n, a in enumerate(arrays):
         out[: len(a), n] = a
     return torch.from_numpy(out)
@@ -120,9 +120,11 @@ def collate(episodes: list[EpisodeRollout], advs: list[np.ndarray], targets: lis
     valid = np.zeros((T, len(episodes)), dtype=bool)
     for n, e in enumerate(episodes):
         valid[: e.length, n] = True
-    steps = lambda key, dtype=None: _pad([e.steps[key] for e in episodes], T, dtype)  # noqa: E731
+    steps = lambda key, dtype=None, fill=0: _pad([e.steps[key] for e in episodes], T, dtype, fill)  # noqa: E731
+    # padded steps keep their memory (masks 1): no loss reads them, and a reset there would split
+    # the whole-sequence GRU calls at every padded step of the shorter episodes
     return RolloutBatch(
-        obs, steps("prev_actions", np.int64), steps("agent_masks", np.float32), steps("tour_masks", np.float32),
+        obs, steps("prev_actions", np.int64), steps("agent_masks", np.float32, 1), steps("tour_masks", np.float32, 1),
         torch.stack([e.h0 for e in episodes]), steps("actions", np.int64), steps("logp", np.float32),
         _pad(advs, T, np.float32), _pad(targets, T, np.float32), torch.from_numpy(valid))
 
@@ -130,7 +132,7 @@ def collate(episodes: list[EpisodeRollout], advs: list[np.ndarray], targets: lis
 def losses(policy, value_head: ValueHead, batch: RolloutBatch, algorithm: str, clip: float, value_coef: float,
            entropy_coef: float, total_steps: int) -> dict[str, torch.Tensor]:
     """The loss of a minibatch (see the module docstring) and its parts for logging."""
-    # padded steps keep a "reset" previous action of 0 (-1 + 1 under a zero mask is never read)
+    # padded steps (masks 1, previous action 0) produce outputs that no loss reads
     logits, _, _, features = policy.forward_sequence_features(batch.observations, batch.prev_actions, batch.agent_masks,
                                                               batch.tour_masks, batch.h0)
     logp_all = torch.log_softmax(logits.float(), dim=-1)

@@ -44,7 +44,8 @@ FORMAT = "ivln_ce.store_cache/1"
 #: the frozen encoders' weights and the code)
 COLLECTION_KEYS = ("simulator", "env", "mapping", "data.split", "policy.name", "policy.depth_backbone", "policy.rgb_depth",
                    "train.split", "train.use_tours", "train.tours", "train.update_size", "train.store_fp16", "train.store_codec",
-                   "train.store_observations", "train.fp16_token_bug", "train.bn_train_mode", "train.itmaps_ft_on_tours")
+                   "train.store_observations", "train.fp16_token_bug", "train.bn_train_mode", "train.itmaps_ft_on_tours",
+                   "train.trainer")  # tour-sequential training keeps the tours' order in its plan
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _FP = re.compile(r"^[0-9a-f]{64}$")
 
@@ -94,11 +95,12 @@ def collection_fingerprint(cfg, files: dict[str, str], scenes: Any, policy, plan
         section = config.get("simulator")
         if isinstance(section, dict):
             section.pop(key.split(".", 1)[1], None)
-    if cfg.train.bn_train_mode:  # T3: batch statistics make the features depend on who shared the batch
-        config["train.num_envs"] = int(cfg.train.num_envs)
+    # where the encoders and the mapper run, and the libraries doing it, change the stored
+    # floats (cuDNN and TF32 on a GPU, oneDNN kernels on a CPU)
+    config["device"] = str(cfg.train.device).split(":")[0]
     return fpr.digest({"format": FORMAT, "config": config, "files": fpr.data_files(files), "scenes": scenes,
                        "encoders": frozen_encoder_digests(policy), "plan_seed": plan_seed, "code": fpr.code_digest(),
-                       "version": fpr.ivln_ce.__version__})
+                       "version": fpr.ivln_ce.__version__, "dependencies": fpr.dependency_versions()})
 
 
 def _cache_root(folder: str | Path) -> Path:
@@ -169,6 +171,12 @@ def fetch(folder: str | Path, fingerprint: str, store_dir: Path) -> dict | None:
     if tmp.exists():
         shutil.rmtree(tmp)
     shutil.copytree(entry / "store", tmp, symlinks=True)
+    copied = {p.name: p for p in tmp.iterdir()}
+    files = manifest["files"]
+    if set(copied) != set(files) or any(p.is_symlink() or _sha256(p) != files[name]["sha256"] for name, p in copied.items()):
+        log.warning("train.store_cache: %s changed while it was copied; collecting anew", entry)  # the copy is what is checked
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
     try:
         got = TrajectoryStore(tmp)
         got.verify()
@@ -204,6 +212,9 @@ def publish(folder: str | Path, fingerprint: str, store_dir: Path) -> Path:
     files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted((tmp / "store").iterdir())}
     manifest = {"format": FORMAT, "fingerprint": fingerprint, "episodes": episodes, "steps": steps, "files": files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    if entry.exists() and _entry_problem(entry, fingerprint) is None:  # published meanwhile by another run: keep it
+        shutil.rmtree(tmp, ignore_errors=True)
+        return entry
     if entry.exists() or entry.is_symlink():  # damaged: only an entry this cache wrote is replaced
         if not _written_here(entry):
             shutil.rmtree(tmp, ignore_errors=True)

@@ -707,9 +707,13 @@ def _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer=
 
 def _cacheable(cfg: DictConfig, k: int, beta: float) -> bool:
     """Whether round ``k`` may come from (and go to) ``train.store_cache``: the first round of
-    teacher forcing (beta = 1), with observations stored."""
+    teacher forcing (beta = 1), with observations stored; not under T3 (collection in train mode
+    updates BatchNorm statistics, which a copied store would skip) nor P6 (the chains of unrelated
+    episodes are drawn from the seed and the number of environments)."""
     tc = cfg.train
-    return bool(str(tc.store_cache).strip()) and k == 0 and beta == 1.0 and bool(tc.store_observations)
+    if not (str(tc.store_cache).strip() and k == 0 and beta == 1.0 and tc.store_observations):
+        return False
+    return not tc.bn_train_mode and not p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(tc.itmaps_ft_on_tours), float(tc.p))
 
 
 #: written into a run's folder when its first round came from the store cache (which entry)
@@ -719,9 +723,18 @@ FROM_CACHE = "store_from_cache.json"
 def _store_fingerprint(cfg: DictConfig, data: "TrainingData", policy) -> str:
     from ivln_ce.training.store_cache import collection_fingerprint
 
-    scenes = fpr.scene_digests(data.scenes_dir, sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items}))
+    pairs = sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items})
+    scenes = fpr.scene_digests(data.scenes_dir, pairs)
+    files = dict(data.files)
+    if cfg.policy.name == PolicyName.map_cma and cfg.mapping.semantics.value == "rednet":
+        files["rednet"] = cfg.mapping.rednet_checkpoint  # its predictions are the stored semantic maps
+    if cfg.policy.name == PolicyName.map_cma and cfg.mapping.mode == MapMode.known:
+        from ivln_ce.rollout.policy_agent import known_map_source
+
+        root = Path(cfg.mapping.known_maps_dir) / known_map_source(cfg)
+        files.update({f"known_map:{scan}": str(root / f"{scan}.npz") for scan, _ in pairs})
     plan_seed = int(cfg.seed) if int(cfg.train.update_size) > 0 else None
-    return collection_fingerprint(cfg, dict(data.files), scenes, policy, plan_seed)
+    return collection_fingerprint(cfg, files, scenes, policy, plan_seed)
 
 
 def _fetch_cached_store(cfg: DictConfig, data: "TrainingData", policy, out: Path, store_dir: Path, rank: int) -> Path | None:
@@ -743,6 +756,10 @@ def _fetch_cached_store(cfg: DictConfig, data: "TrainingData", policy, out: Path
                 manifest = fetch(cfg.train.store_cache, fp, store_dir)
             except StoreCacheError as exc:
                 raise ConfigError(str(exc)) from exc
+            except OSError as exc:  # an entry that vanished or broke while copied: collect instead
+                log.warning("train.store_cache: %s could not be copied (%s); collecting anew", Path(cfg.train.store_cache) / fp, exc)
+                shutil.rmtree(store_dir, ignore_errors=True)
+                manifest = None
             if manifest is not None:
                 atomic_write_text(out / FROM_CACHE, json.dumps({"entry": str(Path(cfg.train.store_cache) / fp), "fingerprint": fp,
                                                                 "episodes": manifest["episodes"], "steps": manifest["steps"]}))
@@ -766,8 +783,8 @@ def _publish_store(cfg: DictConfig, data: "TrainingData", policy, store_dir: Pat
 
     try:
         entry = publish(cfg.train.store_cache, _store_fingerprint(cfg, data, policy), store_dir)
-    except StoreCacheError as exc:
-        log.warning("%s: the store was not added to the cache", exc)
+    except (StoreCacheError, OSError) as exc:
+        log.warning("%s: the store was not added to the cache (the run goes on with its own)", exc)
         return
     print(f"ivln-ce train: the teacher-forcing store is in the cache for runs of the same inputs: {entry}", file=sys.stderr)
 
