@@ -532,15 +532,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
         if not state.collected and _cacheable(cfg, k, beta):
             cached = _fetch_cached_store(cfg, data, policy, out, store_dir, rank)
         if cached is not None:
-            store = TrajectoryStore(store_dir)
-            state.collected = True
-            state.store = store.lengths()
-            state.episodes_collected = len(store)
-            state.steps_collected = store.total_steps()
-            if writer is not None:
-                writer.add_scalar("train/beta", beta, state.step)
-                writer.add_scalar("train/episodes_collected", state.episodes_collected, state.step)
-                writer.add_scalar("train/steps_collected", state.steps_collected, state.step)
+            _round_collected(state, store_dir, writer, beta)
             if rank == 0:
                 print(f"ivln-ce train: round {k}: the teacher-forcing store {cached} of the same inputs reused "
                       f"({state.episodes_collected} episodes, {state.steps_collected} steps; train.store_cache)", file=sys.stderr)
@@ -555,15 +547,8 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
                                       full_plan=plan)
             bar.close()
             ddp.barrier()
-            store = TrajectoryStore(store_dir)
-            state.collected = True
-            state.store = store.lengths()
-            state.episodes_collected = len(store)
-            state.steps_collected = store.total_steps()
+            _round_collected(state, store_dir, writer, beta)
             if writer is not None:
-                writer.add_scalar("train/beta", beta, state.step)
-                writer.add_scalar("train/episodes_collected", state.episodes_collected, state.step)
-                writer.add_scalar("train/steps_collected", state.steps_collected, state.step)
                 writer.add_scalar("train/collect_steps_per_s", stats.steps / max(stats.seconds, 1e-9), state.step)
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
@@ -703,6 +688,19 @@ def _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer=
     every = int(cfg.train.resume_every)
     if every and state.step % every == 0 and rank == 0:
         save_resume(out, fingerprint, state, policy, opt, writer)
+
+
+def _round_collected(state: RunState, store_dir: Path, writer, beta: float) -> None:
+    """Record a round's store (collected or copied from the cache) in the run state and the log."""
+    store = TrajectoryStore(store_dir)
+    state.collected = True
+    state.store = store.lengths()
+    state.episodes_collected = len(store)
+    state.steps_collected = store.total_steps()
+    if writer is not None:
+        writer.add_scalar("train/beta", beta, state.step)
+        writer.add_scalar("train/episodes_collected", state.episodes_collected, state.step)
+        writer.add_scalar("train/steps_collected", state.steps_collected, state.step)
 
 
 def _cacheable(cfg: DictConfig, k: int, beta: float) -> bool:
