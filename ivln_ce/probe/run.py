@@ -22,6 +22,7 @@ its own after p_j in the same environment, and each record also gets the rollout
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -278,6 +279,9 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
                 done[p.probe_id] = rec
         report.reused = len(done)
         todo = [p for p in probe_set.probes if p.probe_id not in done]
+        if req.progress:
+            print(f"ivln-ce probe run: {req.out}: {len(done)} probe record(s) of the same inputs reused from an earlier run, "
+                  f"{len(todo)} to compute", file=sys.stderr)
         plans = plan_all(plan_sim, todo, scenes_dir, req.teacher, req.progress)
         runnable = []
         for p in todo:
