@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import runpy
 import sys
@@ -148,7 +149,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ivln_ce.data.jsonio import write_json
-    from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison, verdict
+    from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison
     from ivln_ce.viz.paired import display_names
     from ivln_ce.viz.report_side import read_side
 
@@ -164,17 +165,48 @@ def cmd_compare(args: argparse.Namespace) -> int:
     names, legend = display_names(pairs[0])
     for line in legend:
         print(line)
-    verdicts = {}
-    if args.expect:
-        verdicts = {m: verdict(iv, 1 if args.expect == "greater" else -1) for m, iv in result.intervals.items()}
+    verdicts = _judgements(args, result.intervals)
     print(format_comparison(result, names, per_tour=not args.summary))
     for m, v in verdicts.items():
-        print(f"{m}: {v.word} (expected {names[0]} {'>' if v.direction > 0 else '<'} {names[1]}; "
-              f"interval [{v.low:+.2f}, {v.high:+.2f}])")
+        print(f"{m}: {v.word} ({_claimed(args, f'{names[0]} - {names[1]}')}; {v.method} [{v.low:+.2f}, {v.high:+.2f}])")
     out = Path(args.out or f"compare_{args.split}.json")
     write_json(out, comparison_json(result, verdicts), indent=2)
     print(f"wrote {out}")
     return 0
+
+
+def _judgements(args: argparse.Namespace, intervals: dict) -> dict:
+    """Per metric the verdict of ``reproduce.stats.judge`` for the claim the options state:
+    ``--paper D`` (the paper's t-nDTW difference; the other metrics take its sign), ``--null``
+    (no effect within ``--margin``), or ``--expect`` alone (a sign). None stated: no verdicts."""
+    from ivln_ce.reproduce.stats import judge
+
+    if args.paper is not None and args.null:
+        raise UsageError("--paper claims an effect and --null claims none: give one of them")
+    if args.paper is not None:
+        if not math.isfinite(args.paper) or args.paper == 0:
+            raise UsageError(f"--paper must be a finite non-zero difference (a claim of no effect is --null), got {args.paper}")
+        if args.expect and (args.paper > 0) != (args.expect == "greater"):
+            raise UsageError(f"--paper {args.paper:+g} and --expect {args.expect} claim opposite signs")
+    if not math.isfinite(args.margin) or args.margin <= 0:
+        raise UsageError(f"--margin must be a positive number of points, got {args.margin}")
+    out = {}
+    for m, iv in intervals.items():
+        if args.null:
+            out[m] = judge(iv, null=True, margin=args.margin)
+        elif args.paper is not None:
+            out[m] = judge(iv, paper=args.paper) if m == "t-nDTW" else judge(iv, direction=1 if args.paper > 0 else -1)
+        elif args.expect:
+            out[m] = judge(iv, direction=1 if args.expect == "greater" else -1)
+    return out
+
+
+def _claimed(args: argparse.Namespace, difference: str) -> str:
+    if args.null:
+        return f"claimed {difference} = 0 within +-{args.margin:g}"
+    if args.paper is not None:
+        return f"claimed {difference} = {args.paper:+g} (t-nDTW; its sign for the other metrics)"
+    return f"expected {difference} {'>' if args.expect == 'greater' else '<'} 0"
 
 
 def _labels_have_folders(args: argparse.Namespace, specs: list[str]) -> None:
@@ -189,7 +221,6 @@ def _labels_have_folders(args: argparse.Namespace, specs: list[str]) -> None:
 
 def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
     from ivln_ce.data.jsonio import write_json
-    from ivln_ce.reproduce.stats import verdict
     from ivln_ce.viz.paired import contrast, contrast_json, display_names, format_contrast
     from ivln_ce.viz.report_side import read_side
 
@@ -205,12 +236,11 @@ def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
         print(line)
     print(format_contrast(result, names))
     report = contrast_json(result)
-    if args.expect:
-        sign = 1 if args.expect == "greater" else -1
-        verdicts = {m: verdict(iv, sign) for m, iv in result.intervals.items()}
-        for m, v in verdicts.items():
-            print(f"{m}: {v.word} (expected ({names[0]} - {names[1]}) {'>' if sign > 0 else '<'} ({names[2]} - {names[3]}); "
-                  f"interval [{v.low:+.2f}, {v.high:+.2f}])")
+    verdicts = _judgements(args, result.intervals)
+    for m, v in verdicts.items():
+        print(f"{m}: {v.word} ({_claimed(args, f'({names[0]} - {names[1]}) - ({names[2]} - {names[3]})')}; {v.method} "
+              f"[{v.low:+.2f}, {v.high:+.2f}])")
+    if verdicts:
         report["verdicts"] = {m: dict(v.__dict__) for m, v in verdicts.items()}
     out = Path(args.out or f"contrast_{args.split}.json")
     write_json(out, report, indent=2)
@@ -750,7 +780,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-tour t-nDTW field: auto = the configured variant where both runs have it for every tour, "
                          "else the paper variant (partial runs have no official t-nDTW)")
     cm.add_argument("--expect", choices=["greater", "less"], default=None,
-                    help="the claimed direction of A - B: adds a verdict per metric (reproduced / not reproduced / inconclusive)")
+                    help="the claimed direction of A - B: adds a verdict per metric (reproduced / not reproduced / inconclusive; "
+                         "below 12 houses the t-interval on house means decides)")
+    cm.add_argument("--paper", type=float, default=None,
+                    help="the paper's difference A - B in t-nDTW x 100: the verdict says 'not reproduced' when the interval "
+                         "excludes half of it (docs/results/findings_rejudged.md)")
+    cm.add_argument("--null", action="store_true", help="the claim is no difference: 'null reproduced' when the interval lies "
+                                                        "within +-margin")
+    cm.add_argument("--margin", type=float, default=3.0, help="the margin of --null, in points x 100 (default 3, fixed before measuring)")
     cm.add_argument("--contrast", nargs="+", default=None, metavar="C_D",
                     help="C D [C2 D2 ...]: a second pair per seed; reports (A - B) - (C - D) tour by tour, e.g. "
                          "whether an ablation costs one agent more than another (--expect then claims its sign)")

@@ -3,7 +3,8 @@
 Each row of docs/results/findings.md that has a committed `ivln-ce compare` JSON report with
 per-tour rows is recomputed from those rows: the mean per-tour difference of val_unseen (or
 val_seen) t-nDTW, the bootstrap interval as committed, the t-interval on the house means (every
-seed's tours of a house pooled, as `compare` does), and the verdict against the paper's effect,
+seed's tours of a house pooled, widened to the t-interval on the seed means where that is wider,
+as `compare` does), and the verdict against the paper's effect,
 or against its claim of no effect within +-3 t-nDTW points. Prints a markdown table.
 
     python scripts/rejudge_findings.py [--root docs/results]
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ivln_ce.metrics.cluster_interval import house_t_interval
+from ivln_ce.metrics.cluster_interval import seeded_t_interval
 from ivln_ce.reproduce.stats import NULL_MARGIN, judge
 from ivln_ce.viz.paired import Interval
 
@@ -42,15 +43,15 @@ ROWS = [
 ]
 
 
-def differences(report: dict) -> tuple[np.ndarray, list[str], int]:
+def differences(report: dict) -> tuple[np.ndarray, list[str], list[int]]:
     """Per-tour t-nDTW differences (A - B, or (A - B) - (C - D) for a contrast), their houses,
-    and the number of seed pairs."""
+    and their seed pairs."""
     rows = report["per_tour"]
     if "t-nDTW a-b" in rows[0]:
         d = [r["t-nDTW a-b"] - r["t-nDTW c-d"] for r in rows]
     else:
         d = [r["t-nDTW a"] - r["t-nDTW b"] for r in rows]
-    return np.asarray(d, dtype=float), [r["house"] for r in rows], len({r.get("seed_pair", 0) for r in rows})
+    return np.asarray(d, dtype=float), [r["house"] for r in rows], [int(r.get("seed_pair", 0)) for r in rows]
 
 
 def main(argv=None) -> int:
@@ -62,12 +63,13 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|")
     for name, rel, paper, null in ROWS:
         report = json.loads((root / rel).read_text())
-        d, houses, seeds = differences(report)
+        d, houses, seed_of = differences(report)
+        seeds = len(set(seed_of))
         boot = report["intervals"]["t-nDTW"]
         if abs(float(np.mean(d)) - boot["mean"]) > 1e-6:
             print(f"{rel}: per-tour rows do not give the reported mean ({np.mean(d)} vs {boot['mean']})", file=sys.stderr)
             return 1
-        (t,) = house_t_interval(d, houses)
+        (t,) = seeded_t_interval(d, houses, seed_of if seeds > 1 else None)
         iv = Interval("t-nDTW", float(np.mean(d)), boot["low"], boot["high"], 0.95, boot["resamples"], seeds, t.houses,
                       len({(r.get("seed_pair", 0), r["tour"]) for r in report["per_tour"]}) // max(seeds, 1), 0.0, 0.0,
                       t.mean, t.low, t.high)

@@ -62,3 +62,16 @@ def house_t_interval(values: np.ndarray, houses: Sequence[Any], level: float = 0
         half = float(stats.t.ppf(0.5 + level / 2, g - 1)) * float(means[:, j].std(ddof=1)) / np.sqrt(g)
         out.append(HouseInterval(m, m - half, m + half, g, level))
     return out
+
+
+def seeded_t_interval(values: np.ndarray, houses: Sequence[Any], seeds: Sequence[Any] | None = None,
+                      level: float = 0.95) -> list[HouseInterval]:
+    """``house_t_interval`` when one training seed made the rows; with several seeds, houses and
+    seeds are both few, crossed clusters (every seed runs the same houses), and pooling the seeds
+    into house means hides how much seeds differ: the interval is then the wider of the
+    t-intervals over the house means and over the seed means (its mean stays the house means')."""
+    by_house = house_t_interval(values, houses, level)
+    if seeds is None or len(set(np.asarray(seeds).tolist())) < 2:
+        return by_house
+    by_seed = house_t_interval(values, seeds, level)
+    return [HouseInterval(h.mean, min(h.low, s.low), max(h.high, s.high), h.houses, level) for h, s in zip(by_house, by_seed)]

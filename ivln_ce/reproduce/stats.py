@@ -109,6 +109,8 @@ def judge(interval: Interval, paper: float | None = None, direction: int | None 
       [-margin, +margin], *not reproduced* when it lies wholly outside it, else *inconclusive*."""
     if interval.houses < FEW_HOUSES:
         lo, hi, method = interval.t_low, interval.t_high, f"t-interval on {interval.houses} house means"
+        if interval.seeds > 1:
+            method += f" or {interval.seeds} seed means (the wider)"
     else:
         lo, hi, method = interval.low, interval.high, "hierarchical bootstrap"
     if null:
@@ -140,7 +142,7 @@ def judge(interval: Interval, paper: float | None = None, direction: int | None 
     return Judgement(word, lo, hi, interval.level, method, claim)
 
 
-def comparison_json(c: Comparison, verdicts: dict[str, Verdict] | None = None) -> dict[str, Any]:
+def comparison_json(c: Comparison, verdicts: dict[str, "Verdict | Judgement"] | None = None) -> dict[str, Any]:
     """``viz.paired.comparison_json`` with the verdicts per metric (empty without ``--expect``)."""
     out = _comparison_json(c)
     out["verdicts"] = {m: dict(v.__dict__) for m, v in (verdicts or {}).items()}

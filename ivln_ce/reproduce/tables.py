@@ -26,7 +26,7 @@ from typing import Any
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.metrics.cluster_interval import FEW_HOUSES
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
-from ivln_ce.reproduce.stats import NULL_MARGIN, VERDICTS, Comparison, compare, judge, read_tours
+from ivln_ce.reproduce.stats import NULL_MARGIN, VERDICTS, Comparison, Judgement, compare, judge, read_tours
 from ivln_ce.viz.runs import ResultsError
 from ivln_ce.viz.table import mean_se as seed_mean_se
 
@@ -118,8 +118,8 @@ def _difference(c: Comparison, split: str = "val_unseen") -> str:
             f"{iv.low:+.1f} to {iv.high:+.1f}; {_n(iv.tours, 'tour')} in {_n(iv.houses, 'house')}, {iv.seeds} seed(s))")
 
 
-def _record(records: list, name: str, c: Comparison | str, paper: float | None, null: bool) -> str | None:
-    """Append the finding's numbers (every metric's interval) to ``records``; its verdict word
+def _record(records: list, name: str, c: Comparison | str, paper: float | None, null: bool) -> "Judgement | None":
+    """Append the finding's numbers (every metric's interval) to ``records``; its verdict
     (``stats.judge``: against the paper's effect, or its null claim, or, without a paper number,
     the sign +)."""
     if isinstance(c, str):
@@ -130,27 +130,26 @@ def _record(records: list, name: str, c: Comparison | str, paper: float | None, 
                     "decided_by": {"method": v.method, "low": v.low, "high": v.high, "level": v.level},
                     "tndtw_field": c.tndtw_field, "intervals": {m: iv.as_dict() for m, iv in c.intervals.items()},
                     "sources": [{"a": a, "b": b} for a, b in c.sources]})
-    return v.word
+    return v
 
 
 def _finding(records: list, name: str, c: Comparison | str, paper: float, null: bool = False) -> str:
     """One finding: the paper's difference ``paper`` is an effect, or with ``null`` a claim of
     no effect (within ``stats.NULL_MARGIN``)."""
-    word = _record(records, name, c, paper, null)
-    if word is None:
+    v = _record(records, name, c, paper, null)
+    if v is None:
         return f"{name}: not computed ({c})."
-    iv = c.intervals["t-nDTW"]
-    decided = (f"; t-interval on {iv.houses} house means {iv.t_low:+.1f} to {iv.t_high:+.1f}" if iv.houses < FEW_HOUSES else "")
+    decided = f"; {v.method} {v.low:+.1f} to {v.high:+.1f}" if c.intervals["t-nDTW"].houses < FEW_HOUSES else ""
     claim = f"paper {paper:+.0f}, a claim of no effect (margin +-{NULL_MARGIN:g})" if null else f"paper {paper:+.0f}"
-    return f"{name}: {_difference(c)}{decided} ({claim}) - {word}."
+    return f"{name}: {_difference(c)}{decided} ({claim}) - {v.word}."
 
 
 def _floor_finding(records: list, name: str, c: Comparison | str) -> str:
     name = f"{name} beats the random agent"
-    word = _record(records, name, c, None, False)
-    if word is None:
+    v = _record(records, name, c, None, False)
+    if v is None:
         return f"{name}: not computed ({c})."
-    return f"{name}: {_difference(c)} - {dict(zip(VERDICTS, ('yes', 'no (worse)', 'inconclusive')))[word]}."
+    return f"{name}: {_difference(c)} - {dict(zip(VERDICTS, ('yes', 'no (worse)', 'inconclusive')))[v.word]}."
 
 
 def _rows_table3(out: Path, runs: list[Run], seeds: int):

@@ -27,7 +27,7 @@ import numpy as np
 
 from ivln_ce.data.jsonio import DataFormatError
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
-from ivln_ce.metrics.cluster_interval import FEW_HOUSES, house_t_interval
+from ivln_ce.metrics.cluster_interval import FEW_HOUSES, seeded_t_interval
 from ivln_ce.viz.files import read_results_json
 from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
 from ivln_ce.viz.table import identity
@@ -467,7 +467,7 @@ def _intervals(metrics: Sequence[str], diffs: Sequence[np.ndarray], paired: Sequ
     boot = hierarchical_bootstrap(stacked, groups, resamples, np.random.default_rng(seed))
     lows, highs = percentile_interval(boot, level)
     n_houses, n_tours = len(set(houses.tolist())), len({t for p in paired for t in p.tours})
-    t_ivs = house_t_interval(stacked, houses, level)
+    t_ivs = seeded_t_interval(stacked, houses, seeds if len(paired) > 1 else None, level)
     return {m: Interval(m, float(stacked[:, j].mean()), float(lows[j]), float(highs[j]), level, resamples, len(paired), n_houses,
                         n_tours, float(means_a[j]), float(means_b[j]), t_ivs[j].mean, t_ivs[j].low, t_ivs[j].high)
             for j, m in enumerate(metrics)}
@@ -526,7 +526,9 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
                      + (f"   {iv.house_mean:+8.2f}  [{iv.t_low:+.2f}, {iv.t_high:+.2f}]" if few else ""))
     if few:
         lines.append(f"with {any_iv.houses} houses the bootstrap interval is too narrow; the t-interval on the {any_iv.houses} "
-                     f"house means ({any_iv.houses - 1} degrees of freedom) is the one a verdict reads")
+                     f"house means ({any_iv.houses - 1} degrees of freedom"
+                     + (f"; widened to the one on the {any_iv.seeds} seed means where that is wider" if any_iv.seeds > 1 else "")
+                     + ") is the one a verdict reads")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
 

@@ -131,7 +131,7 @@ def test_cli_prints_the_paired_table_and_writes_json(runs, tmp_path, capsys):
     assert f"t-nDTW {iv['mean_a']:9.2f} {iv['mean_b']:9.2f} {iv['mean']:+8.2f}   [{iv['low']:+.2f}, {iv['high']:+.2f}]" in text
     assert "6 tours in 2 houses, 1 seed(s)" in text and text.count("house_0000") == 6
     assert report["verdicts"]["t-nDTW"]["word"] in ("reproduced", "not reproduced", "inconclusive")
-    assert f"t-nDTW: {report['verdicts']['t-nDTW']['word']} (expected random < forward" in text
+    assert f"t-nDTW: {report['verdicts']['t-nDTW']['word']} (expected random - forward < 0; t-interval on 2 house means" in text
     assert len(report["per_tour"]) == 6 and report["tndtw_field"] == "tndtw"
     # with the same inputs and seed the report is the same
     again = tmp_path / "d.json"

@@ -61,22 +61,26 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
     assert cell("forward agent", "reference", "VS t-nDTW") == "25.0 ± 0.0"
     v = result["verdicts"]
     assert v[0] == ("Latent tour memory does not help: TourCMA - CMA: paired difference per tour in val_unseen t-nDTW +1.0 "
-                    "(95 % interval -1.0 to +3.0; 4 tours in 2 houses, 3 seed(s)); t-interval on 2 house means +1.0 to +1.0 "
-                    "(paper -2, a claim of no effect (margin +-3)) - null reproduced.")
+                    "(95 % interval -1.0 to +3.0; 4 tours in 2 houses, 3 seed(s)); t-interval on 2 house means or 3 seed means "
+                    "(the wider) -4.0 to +6.0 (paper -2, a claim of no effect (margin +-3)) - inconclusive.")
     assert v[1] == ("Latent tour memory does not help: PoolCMA - CMA: paired difference per tour in val_unseen t-nDTW +10.0 "
-                    "(95 % interval +9.0 to +11.0; 4 tours in 2 houses, 3 seed(s)); t-interval on 2 house means +10.0 to +10.0 "
-                    "(paper -2, a claim of no effect (margin +-3)) - not reproduced.")
+                    "(95 % interval +9.0 to +11.0; 4 tours in 2 houses, 3 seed(s)); t-interval on 2 house means or 3 seed means "
+                    "(the wider) +7.5 to +12.5 (paper -2, a claim of no effect (margin +-3)) - not reproduced.")
     assert v[2] == ("Latent tour memory does not help: PoolEndCMA - CMA: paired difference per tour in val_unseen t-nDTW +0.0 "
-                    "(95 % interval +0.0 to +0.0; 4 tours in 2 houses, 2 seed(s)); t-interval on 2 house means +0.0 to +0.0 "
-                    "(paper +0, a claim of no effect (margin +-3)) - null reproduced.")
+                    "(95 % interval +0.0 to +0.0; 4 tours in 2 houses, 2 seed(s)); t-interval on 2 house means or 2 seed means "
+                    "(the wider) +0.0 to +0.0 (paper +0, a claim of no effect (margin +-3)) - null reproduced.")
     assert v[3] == ("CMA beats the random agent: paired difference per tour in val_unseen t-nDTW +14.0 "
                     "(95 % interval +10.0 to +18.0; 4 tours in 2 houses, 3 seed(s)) - yes.")
     assert (tmp_path / "findings.md").read_text().count("beats the random agent") == 4
     records = json.loads((tmp_path / "findings.json").read_text())
     # the floor findings: every model minus random is positive in every seed (e.g. PoolEndCMA +10, +14)
-    # each house's mean difference is the same in both houses here, so the t-intervals are points
-    assert [r["verdict"] for r in records] == ["null reproduced", "not reproduced", "null reproduced"] + ["reproduced"] * 4
-    assert records[0]["decided_by"]["method"] == "t-interval on 2 house means" and records[0]["claim"] == "null within +-3"
+    # both houses have the same mean difference here, so the seeds' spread decides: TourCMA - CMA
+    # per seed +1, -1, +3: 1 +- t(0.975, 2) * 2 / sqrt(3) = 1 +- 4.97; PoolCMA +10, +11, +9: 10 +- 2.48;
+    # PoolEndCMA - random per seed +10, +14: 12 +- t(0.975, 1) * 2 = 12 +- 25.4
+    assert [r["verdict"] for r in records] == ["inconclusive", "not reproduced", "null reproduced"] + ["reproduced"] * 3 + ["inconclusive"]
+    assert records[0]["decided_by"]["low"] == pytest.approx(1 - 4.302652729749464 * 2 / 3 ** 0.5)
+    assert records[0]["decided_by"]["method"] == "t-interval on 2 house means or 3 seed means (the wider)"
+    assert records[0]["claim"] == "null within +-3"
     sr = records[3]["intervals"]["SR"]  # every tour's SR is 25 in both: a zero difference
     assert (sr["mean"], sr["low"], sr["high"], sr["seeds"]) == (0.0, 0.0, 0.0, 3)
     assert records[0]["intervals"]["t-nDTW"]["low"] == pytest.approx(-1.0)

@@ -113,10 +113,12 @@ def test_cli_compare_reports_the_fidelity_metrics(folders, tmp_path, capsys):
     assert main(["compare", str(folders[0]), str(folders[1]), "--resamples", "2000", "--expect", "greater", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "    CLS     70.00     50.00   +20.00   [+10.00, +30.00]" in text
-    assert "CLS: reproduced (expected cma > cma-instruction_last5; interval [+10.00, +30.00])" in text
-    assert "SDTW: inconclusive" in text  # [0, 40] touches 0
+    # 2 houses: the t-interval on their means (10 and 30) decides: 20 +- t(0.975, 1) * 10 = 20 +- 127.06
+    assert "CLS: inconclusive (expected cma - cma-instruction_last5 > 0; t-interval on 2 house means [-107.06, +147.06])" in text
+    assert "SDTW: inconclusive" in text
     report = json.loads(out.read_text())
-    assert report["verdicts"]["CLS"]["word"] == "reproduced" and report["intervals"]["nDTW"]["mean"] == pytest.approx(5.0)
+    assert report["verdicts"]["CLS"]["word"] == "inconclusive" and report["intervals"]["nDTW"]["mean"] == pytest.approx(5.0)
+    assert report["intervals"]["CLS"]["low"] == pytest.approx(10.0)  # the bootstrap's interval is reported beside it
     assert np.allclose([r["CLS a"] - r["CLS b"] for r in report["per_tour"]], [10, 10, 30, 30])
 
 
@@ -179,10 +181,12 @@ def test_contrast_is_the_difference_of_the_paired_differences(folders, tmp_path,
                  "--resamples", "4000", "--expect", "greater", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "(cma - cma-instruction_last5) - (goal - goal-instruction_last5)" in text
-    assert "CLS: reproduced (expected (cma - cma-instruction_last5) > (goal - goal-instruction_last5); interval [+5.00, +25.00])" in text
+    # house means of the contrast: 5 and 25, so 15 +- 12.706 * 10
+    assert ("CLS: inconclusive (expected (cma - cma-instruction_last5) - (goal - goal-instruction_last5) > 0; "
+            "t-interval on 2 house means [-112.06, +142.06])") in text
     js = json.loads(out.read_text())
     assert js["contrast"] == "(A - B) - (C - D)" and js["sources"][0]["d"] == str(two_last5)
-    assert js["intervals"]["CLS"]["mean"] == pytest.approx(15) and js["verdicts"]["CLS"]["word"] == "reproduced"
+    assert js["intervals"]["CLS"]["mean"] == pytest.approx(15) and js["verdicts"]["CLS"]["word"] == "inconclusive"
     # every tour's two differences: agent 1 loses 10 CLS in house_a and 30 in house_b, agent 2 loses 5
     rows = {r["tour"]: r for r in js["per_tour"]}
     assert set(rows) == set(HOUSES) and all(r["seed_pair"] == 0 for r in rows.values())
@@ -214,7 +218,7 @@ def test_runs_with_equal_labels_are_named_by_folder_else_by_letter_with_a_legend
     assert main(["compare", str(tour_cma), str(cma), "--resamples", "500", "--expect", "greater",
                  "--out", str(tmp_path / "c.json")]) == 0
     text = capsys.readouterr().out
-    assert " metric  tour_cma       cma     diff   interval" in text and "expected tour_cma > cma" in text
+    assert " metric  tour_cma       cma     diff   interval" in text and "expected tour_cma - cma > 0" in text
     long_a = write_eval(tmp_path / "cma_val_unseen_full", "11", FULL, TNDTW_FULL)
     long_b = write_eval(tmp_path / "cma_val_unseen_last5", "11", LAST5, TNDTW_LAST5)
     names, legend = display_names((read_tours(long_a), read_tours(long_b)))
@@ -276,7 +280,9 @@ def test_two_seeds_pair_tours_within_each_seed_and_resample_seeds_then_houses(tm
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "4 tours in 3 houses, 2 seed(s)" in text and "(seeds, houses, tours; 4000 resamples)" in text
-    assert "t-nDTW: reproduced (expected s0_it > s0_ep; interval [+10.00, +30.00])" in text
+    # every house's mean over both seeds is 20 (a point), but the seed means are 10 and 30: the
+    # verdict reads the wider interval, 20 +- 12.706 * 10
+    assert "t-nDTW: inconclusive (expected s0_it - s0_ep > 0; t-interval on 3 house means or 2 seed means (the wider) [-107.06, +147.06])" in text
     assert json.loads(out.read_text())["intervals"]["t-nDTW"]["low"] == pytest.approx(10)
 
 
