@@ -326,3 +326,20 @@ def test_seeds_over_other_tours_or_houses_and_swapped_pairs_are_refused(tmp_path
     for level in ("95", "0", "1", "nan"):
         assert main(["compare", str(a0), str(b0), "--level", level, "--out", str(tmp_path / "x.json")]) == 2
         assert "level must lie in (0, 1)" in capsys.readouterr().err
+
+
+def test_cli_compare_judges_the_paper_effect_or_its_null_claim(folders, tmp_path, capsys):
+    """--paper and --null go through stats.judge; contradictory claims are refused (exit 2)."""
+    base = ["compare", str(folders[0]), str(folders[1]), "--resamples", "500", "--summary", "--out", str(tmp_path / "c.json")]
+    assert main([*base, "--paper", "25"]) == 0
+    text = capsys.readouterr().out
+    assert "t-nDTW: " in text and "(claimed cma - cma-instruction_last5 = +25 (t-nDTW; its sign for the other metrics)" in text
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["verdicts"]["t-nDTW"]["claim"] == "effect +25" and report["verdicts"]["CLS"]["claim"] == "sign +"
+    assert main([*base, "--null", "--margin", "500"]) == 0  # a margin wider than any interval here
+    assert json.loads((tmp_path / "c.json").read_text())["verdicts"]["CLS"]["word"] == "null reproduced"
+    capsys.readouterr()
+    for bad, why in ((["--paper", "5", "--null"], "give one of them"), (["--paper", "5", "--expect", "less"], "opposite signs"),
+                     (["--paper", "0"], "non-zero"), (["--null", "--margin", "-1"], "positive")):
+        assert main([*base, *bad]) == 2
+        assert why in capsys.readouterr().err
