@@ -74,8 +74,8 @@ def fingerprint_config(resolved: Mapping[str, Any]) -> dict[str, Any]:
     return tree
 
 
-@lru_cache(maxsize=4096)
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read now (no cache: for content that must be checked as it is)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while True:
@@ -84,6 +84,11 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
                 break
             h.update(block)
     return h.hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(path)
 
 
 def file_digest(path: str | Path) -> str:

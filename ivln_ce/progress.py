@@ -70,10 +70,8 @@ class LineProgress(tqdm):
         kwargs["file"] = _Lines(kwargs.get("file") or sys.stderr)
         super().__init__(*args, **kwargs)
         self._stop = threading.Event()
-        self._heartbeat = None
         if not self.disable:
-            self._heartbeat = threading.Thread(target=self._beat, name="ivln-progress", daemon=True)
-            self._heartbeat.start()
+            threading.Thread(target=self._beat, name="ivln-progress", daemon=True).start()
 
     def _beat(self) -> None:
         period = float(self.mininterval)

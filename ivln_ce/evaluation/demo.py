@@ -9,6 +9,7 @@ first episode's start.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +63,6 @@ def _tour_picture(cfg, out: Path) -> None:
 
 def tour_caption(cfg, paths: EvalPaths, tour_id: str, episode_ids, scan: str) -> dict:
     """Title, subtitle and step-limit episodes of one tour's picture, from the run's own files."""
-    import json
-
     episodes = json.loads(paths.output("iterative_all_stats").read_text()).get(tour_id, {})
     tour = json.loads(paths.output("tours").read_text()).get(tour_id, {})
     n = len(episode_ids)

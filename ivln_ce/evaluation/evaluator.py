@@ -265,11 +265,9 @@ def run_fingerprint(cfg: DictConfig, split: SplitData) -> fpr.Fingerprint:
     pairs = {(it.tour.scan, it.episodes[0].scene_id) for it in split.items}
     fp.scenes = fpr.scene_digests(split.scenes_dir, sorted(pairs))
     if uses_maps and cfg.mapping.mode.value == "known":
-        from ivln_ce.rollout.policy_agent import known_map_source
+        from ivln_ce.rollout.policy_agent import known_map_files
 
-        root = Path(cfg.mapping.known_maps_dir) / known_map_source(cfg)
-        for scan, _ in sorted(pairs):
-            fp.files[f"known_map:{scan}"] = fpr.file_digest(root / f"{scan}.npz")
+        fp.files.update(fpr.data_files(known_map_files(cfg, [scan for scan, _ in sorted(pairs)])))
     return fp
 
 

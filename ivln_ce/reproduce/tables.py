@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.data.jsonio import atomic_write_text
-from ivln_ce.metrics.cluster_interval import FEW_HOUSES
 from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
 from ivln_ce.reproduce.stats import NULL_MARGIN, VERDICTS, Comparison, Judgement, compare, judge, read_tours
 from ivln_ce.viz.runs import ResultsError
@@ -139,7 +138,7 @@ def _finding(records: list, name: str, c: Comparison | str, paper: float, null: 
     v = _record(records, name, c, paper, null)
     if v is None:
         return f"{name}: not computed ({c})."
-    decided = f"; {v.method} {v.low:+.1f} to {v.high:+.1f}" if c.intervals["t-nDTW"].houses < FEW_HOUSES else ""
+    decided = f"; {v.method} {v.low:+.1f} to {v.high:+.1f}" if v.method.startswith("t-interval") else ""
     claim = f"paper {paper:+.0f}, a claim of no effect (margin +-{NULL_MARGIN:g})" if null else f"paper {paper:+.0f}"
     return f"{name}: {_difference(c)}{decided} ({claim}) - {v.word}."
 

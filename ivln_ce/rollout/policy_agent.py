@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -49,6 +50,12 @@ def make_mapper(cfg: DictConfig, device: str | torch.device = "cpu"):
 def known_map_source(cfg: DictConfig) -> str:
     """The known-map folder matching the semantics (SPEC §1.8): GT or RedNet-predicted labels."""
     return "gt_semantics" if cfg.mapping.semantics.value == "gt" else "predicted_semantics"
+
+
+def known_map_files(cfg: DictConfig, scans) -> dict[str, Path]:
+    """The known-map file of each scan (``known_map:{scan}`` -> path), as fingerprints name them."""
+    root = Path(cfg.mapping.known_maps_dir) / known_map_source(cfg)
+    return {f"known_map:{scan}": root / f"{scan}.npz" for scan in scans}
 
 
 def required_sensors(cfg: DictConfig) -> set[str]:

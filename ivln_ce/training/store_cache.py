@@ -112,16 +112,9 @@ def _cache_root(folder: str | Path) -> Path:
     return root
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _entry_problem(entry: Path, fingerprint: str) -> str | None:
-    """Why ``entry`` is not a usable store of ``fingerprint`` (None when it is)."""
+def _entry_problem(entry: Path, fingerprint: str, hashes: bool = True) -> str | None:
+    """Why ``entry`` is not a usable store of ``fingerprint`` (None when it is); without
+    ``hashes`` the files' contents are left to the caller (``fetch`` checks its copy)."""
     if entry.is_symlink() or not entry.is_dir():
         return "not a folder"
     manifest_file = entry / MANIFEST
@@ -148,7 +141,7 @@ def _entry_problem(entry: Path, fingerprint: str) -> str | None:
         p = store / name
         if p.is_symlink() or not p.is_file():
             return f"{name} is not a plain file"
-        if p.stat().st_size != spec.get("size") or _sha256(p) != spec.get("sha256"):
+        if p.stat().st_size != spec.get("size") or (hashes and fpr.sha256_file(p) != spec.get("sha256")):
             return f"{name} does not match its checksum"
     return None
 
@@ -162,20 +155,18 @@ def fetch(folder: str | Path, fingerprint: str, store_dir: Path) -> dict | None:
     entry = root / fingerprint
     if not entry.exists() and not entry.is_symlink():
         return None
-    problem = _entry_problem(entry, fingerprint)
+    problem = _entry_problem(entry, fingerprint, hashes=False)  # the layout here; the bytes below, in the copy
+    if problem is None:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        tmp = store_dir.with_name(store_dir.name + ".from-cache")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        shutil.copytree(entry / "store", tmp, symlinks=True)
+        problem = _copy_problem(tmp, manifest["files"])
+        if problem:
+            shutil.rmtree(tmp, ignore_errors=True)
     if problem:
         log.warning("train.store_cache: %s cannot be reused (%s); collecting anew", entry, problem)
-        return None
-    manifest = json.loads((entry / MANIFEST).read_text())
-    tmp = store_dir.with_name(store_dir.name + ".from-cache")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    shutil.copytree(entry / "store", tmp, symlinks=True)
-    copied = {p.name: p for p in tmp.iterdir()}
-    files = manifest["files"]
-    if set(copied) != set(files) or any(p.is_symlink() or _sha256(p) != files[name]["sha256"] for name, p in copied.items()):
-        log.warning("train.store_cache: %s changed while it was copied; collecting anew", entry)  # the copy is what is checked
-        shutil.rmtree(tmp, ignore_errors=True)
         return None
     try:
         got = TrajectoryStore(tmp)
@@ -190,6 +181,17 @@ def fetch(folder: str | Path, fingerprint: str, store_dir: Path) -> dict | None:
         return None
     os.replace(tmp, store_dir)
     return manifest
+
+
+def _copy_problem(copy: Path, files: dict) -> str | None:
+    """Why a copied store does not hold exactly the manifest's files and bytes (None when it does)."""
+    copied = {p.name: p for p in copy.iterdir()}
+    if set(copied) != set(files):
+        return f"its files differ from the manifest ({sorted(set(copied) ^ set(files))[:4]})"
+    for name, p in copied.items():
+        if p.is_symlink() or fpr.sha256_file(p) != files[name]["sha256"]:
+            return f"{name} does not match its checksum"
+    return None
 
 
 def publish(folder: str | Path, fingerprint: str, store_dir: Path) -> Path:
@@ -209,7 +211,7 @@ def publish(folder: str | Path, fingerprint: str, store_dir: Path) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     shutil.copytree(store_dir, tmp / "store")
-    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted((tmp / "store").iterdir())}
+    files = {p.name: {"size": p.stat().st_size, "sha256": fpr.sha256_file(p)} for p in sorted((tmp / "store").iterdir())}
     manifest = {"format": FORMAT, "fingerprint": fingerprint, "episodes": episodes, "steps": steps, "files": files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     if entry.exists() and _entry_problem(entry, fingerprint) is None:  # published meanwhile by another run: keep it

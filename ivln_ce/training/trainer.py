@@ -192,11 +192,20 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     files = dict(data.files)
     files.update(checkpoint="" if is_random_init(cfg.policy.checkpoint) else cfg.policy.checkpoint, ddppo_weights=cfg.policy.ddppo_weights, rgb_weights=cfg.policy.rgb_weights,
                  embeddings=cfg.policy.embeddings)
-    if cfg.policy.name == PolicyName.map_cma and cfg.mapping.semantics.value == "rednet":
-        files["rednet"] = cfg.mapping.rednet_checkpoint
-    scenes = fpr.scene_digests(data.scenes_dir, sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items}))
+    files.update(_rednet_file(cfg))
+    scenes = fpr.scene_digests(data.scenes_dir, _scene_pairs(data))
     return fpr.digest({"config": config, "files": fpr.data_files(files), "scenes": scenes, "code": fpr.code_digest(),
                        "version": fpr.ivln_ce.__version__})
+
+
+def _scene_pairs(data: "TrainingData") -> list[tuple[str, str]]:
+    """(scan, scene id) of every scene the data's items use, sorted."""
+    return sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items})
+
+
+def _rednet_file(cfg: DictConfig) -> dict[str, str]:
+    """The RedNet checkpoint, when MAP-CMA's semantic maps come from it."""
+    return {"rednet": cfg.mapping.rednet_checkpoint} if cfg.policy.name == PolicyName.map_cma and cfg.mapping.semantics.value == "rednet" else {}
 
 
 # --------------------------------------------------------------------------- state
@@ -721,16 +730,13 @@ FROM_CACHE = "store_from_cache.json"
 def _store_fingerprint(cfg: DictConfig, data: "TrainingData", policy) -> str:
     from ivln_ce.training.store_cache import collection_fingerprint
 
-    pairs = sorted({(it.tour.scan, it.episodes[0].scene_id) for it in data.items})
+    pairs = _scene_pairs(data)
     scenes = fpr.scene_digests(data.scenes_dir, pairs)
-    files = dict(data.files)
-    if cfg.policy.name == PolicyName.map_cma and cfg.mapping.semantics.value == "rednet":
-        files["rednet"] = cfg.mapping.rednet_checkpoint  # its predictions are the stored semantic maps
+    files = {**data.files, **_rednet_file(cfg)}  # RedNet's predictions are the stored semantic maps
     if cfg.policy.name == PolicyName.map_cma and cfg.mapping.mode == MapMode.known:
-        from ivln_ce.rollout.policy_agent import known_map_source
+        from ivln_ce.rollout.policy_agent import known_map_files
 
-        root = Path(cfg.mapping.known_maps_dir) / known_map_source(cfg)
-        files.update({f"known_map:{scan}": str(root / f"{scan}.npz") for scan, _ in pairs})
+        files.update(known_map_files(cfg, [scan for scan, _ in pairs]))
     plan_seed = int(cfg.seed) if int(cfg.train.update_size) > 0 else None
     return collection_fingerprint(cfg, files, scenes, policy, plan_seed)
 
