@@ -31,6 +31,7 @@ import json
 import os
 import re
 import reprlib
+import stat
 import tempfile
 import zlib
 from pathlib import Path
@@ -129,6 +130,8 @@ def open_binary(path: str | Path) -> IO[bytes]:
         raise FileNotFoundError(f"{path}: no such file")
     if path.is_dir():
         raise DataFormatError(f"{path}: is a directory, expected a JSON file")
+    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or never end
+        raise DataFormatError(f"{path}: is not a plain file (a FIFO, socket or device), expected a JSON file")
     with open(path, "rb") as fh:
         compressed = fh.read(2) == GZIP_MAGIC
     raw = gzip.open(path, "rb") if compressed else open(path, "rb")
