@@ -27,6 +27,8 @@ COSMETIC_KEYS = (
     "name",
     "results_dir",
     "eval.num_envs",
+    "eval.envs_per_worker",
+    "eval.groups",
     "eval.policy_process",  # batch-1 and batched policies compute the same function
     "eval.resume",
     "eval.label",

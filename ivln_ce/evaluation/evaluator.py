@@ -479,15 +479,16 @@ def run_tours(cfg: DictConfig, split: SplitData, todo: list[int], paths: EvalPat
         driver, keys = None, ()
         scripted = "policy"
         cores = usable_cpus()
-        extra = {"policy_config": resolved(cfg), "vocab_size": split.vocab_size, "threads": max(1, cores // num_envs)}
+        processes = len(RolloutEngine.layout(num_envs, int(cfg.eval.envs_per_worker)))
+        extra = {"policy_config": resolved(cfg), "vocab_size": split.vocab_size, "threads": max(1, cores // processes)}
         expert = False
     else:
         driver, keys = build_driver(cfg, split, paths, device, policy_agent)
         scripted = cfg.eval.agent if cfg.eval.agent != "policy" else None
         expert = bool(getattr(driver.policy_agent, "needs_expert", False)) if driver is not None and driver.policy_agent else False
     engine = RolloutEngine(split.items, cfg.simulator, cfg.env, split.references, split.scenes_dir,
-                           num_envs=num_envs, success_distance=cfg.metrics.success_distance,
-                           agent=scripted, obs_keys=keys, seed=int(cfg.seed), expert=expert, worker_extra=extra)
+                           num_envs=num_envs, envs_per_worker=int(cfg.eval.envs_per_worker), groups=int(cfg.eval.groups),
+                           longest_first=True, success_distance=cfg.metrics.success_distance, agent=scripted, obs_keys=keys, seed=int(cfg.seed), expert=expert, worker_extra=extra)
     total_eps = sum(len(split.items[k].episodes) for k in todo)
     bar = progress_bar(total=total_eps, desc=f"eval {paths.label} {cfg.eval.split}", unit="ep", disable=not show_progress)
     t0, steps = time.perf_counter(), 0
@@ -566,6 +567,7 @@ def check_policy_weights(cfg: DictConfig) -> None:
 
 
 def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_progress: bool, policy_agent) -> dict[str, Any] | None:
+    started = time.perf_counter()
     if cfg.eval.agent == "policy" and cfg.policy.checkpoint and Path(cfg.policy.checkpoint).is_dir():
         from ivln_ce.evaluation.checkpoints import evaluate_checkpoint_folder
 
@@ -609,8 +611,32 @@ def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_pr
             return None
         stats = EngineStats.combined([EngineStats(**s) for s, _ in parts])
         workers = [{**w, "rank": r} for r, (_, ws) in enumerate(parts) for w in ws]
-    summary = gather(cfg, split, paths, fp, stats, workers, plan)
+    summary = gather(cfg, split, paths, fp, stats, workers, plan,
+                     run_record(cfg, stats, len(mine), started, world_size if distributed else 1))
     return summary
+
+
+def run_record(cfg: DictConfig, stats: EngineStats, computed: int, started: float, ranks: int) -> dict[str, Any]:
+    """How long the evaluation took and on what (summary and manifest): "hours per checkpoint"
+    as a number. ``wall_s`` runs from loading the split to the written outputs (this process);
+    ``rollout_wall_s`` and ``steps_per_s`` cover the tours computed now (reused ones cost nothing)."""
+    from ivln_ce.rollout.cpus import device_description
+
+    device = resolve_device(cfg)
+    k = min(int(cfg.eval.num_envs), max(1, computed))
+    return {
+        "device": device_description(device),
+        "ranks": ranks,
+        "environments": k,
+        "envs_per_worker": int(cfg.eval.envs_per_worker),
+        "processes": len(RolloutEngine.layout(k, int(cfg.eval.envs_per_worker))),
+        "groups": int(cfg.eval.groups),
+        "tours_computed": computed,
+        "env_steps": stats.env_steps,
+        "rollout_wall_s": round(stats.wall_s, 3),
+        "steps_per_s": round(stats.env_steps / stats.wall_s, 2) if stats.wall_s > 0 else None,
+        "wall_s": round(time.perf_counter() - started, 3),
+    }
 
 
 # --------------------------------------------------------------------------- gathering
@@ -697,8 +723,9 @@ def score_paths(cfg: DictConfig, split: SplitData, agent_paths: dict[str, TourPa
 
 
 def gather(cfg: DictConfig, split: SplitData, paths: EvalPaths, fp: fpr.Fingerprint, stats: EngineStats,
-           workers: list[dict], plan: ResumePlan) -> dict[str, Any]:
+           workers: list[dict], plan: ResumePlan, run: dict[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the per-tour files into the split outputs (deterministic: tours in id order)."""
+    gather_start = time.perf_counter()
     records = []
     for item in sorted(split.items, key=lambda it: (int(it.tour.tour_id) if it.tour.tour_id.isdigit() else 0, it.tour.tour_id)):
         f = paths.tour_file(item.tour.tour_id)
@@ -753,6 +780,7 @@ def gather(cfg: DictConfig, split: SplitData, paths: EvalPaths, fp: fpr.Fingerpr
         "fingerprint": fp.core,
         "notes": notes,
         "latency": latency,
+        **({"run": run} if run is not None else {}),
         "config": resolved(cfg),
     }
     write_json(paths.output("iterative_all_stats"), per_episode, indent=2)
@@ -770,8 +798,11 @@ def gather(cfg: DictConfig, split: SplitData, paths: EvalPaths, fp: fpr.Fingerpr
             "infeasible_episode": primary.infeasible_episode if primary is not None else None,
         }
     write_json(paths.output("tours"), tours_out, indent=2)
+    if run is not None:  # the written wall time includes the scoring above
+        run["wall_s"] = round(run["wall_s"] + time.perf_counter() - gather_start, 3)
     write_json(paths.output("iterative_stats"), summary, indent=2)
-    write_json(paths.output("manifest"), manifest(cfg, split, fp, valid, reasons, workers), indent=2)
+    write_json(paths.output("manifest"), {**manifest(cfg, split, fp, valid, reasons, workers),
+                                          **({"run": run} if run is not None else {})}, indent=2)
     return summary
 
 
@@ -841,6 +872,12 @@ def format_summary(summary: dict, results_dir: str | Path) -> str:
         + ("" if summary["leaderboard_valid"] else " (analysis only, not leaderboard-valid)"),
     ]
     lines += [f"note: {n}" for n in summary.get("notes", [])]
+    run = summary.get("run")
+    if run:
+        rate = f" at {run['steps_per_s']:.1f} steps/s" if run.get("steps_per_s") else ""
+        lines.append(f"wall time {run['wall_s']:.1f} s ({run['tours_computed']} tours computed, {run['env_steps']} environment steps"
+                     f"{rate}; {run['environments']} environments in {run['processes']} process(es), {run['groups']} group(s)) "
+                     f"on {run['device']}")
     lat = summary.get("latency") or {}
     if lat.get("env_steps"):
         parts = [f"{k} {v:.2f} ms" for k, v in {**lat.get("ms_per_step", {}), **lat.get("ms_per_tick", {})}.items()]

@@ -160,7 +160,7 @@ def measure(cfg, split: str, max_tours: int = 0, max_k: int = 0) -> list[dict]:
     driver = CoverageDriver(firsts, split_data.references, math.radians(cfg.simulator.depth.hfov), cfg.simulator.max_depth,
                             cfg.simulator.sensor_height)
     engine = RolloutEngine(walked, cfg.simulator, cfg.env, split_data.references, split_data.scenes_dir, num_envs=int(cfg.eval.num_envs),
-                           agent="oracle", obs_keys=("depth",), seed=int(cfg.seed))
+                           envs_per_worker=int(cfg.eval.envs_per_worker), agent="oracle", obs_keys=("depth",), seed=int(cfg.seed))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one small frame per call: a thread pool made it 6x slower beside busy workers
     try:

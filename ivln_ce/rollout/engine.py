@@ -3,14 +3,24 @@
 Evaluation and DAgger collection drive environments through this one engine, so what is
 trained is what is evaluated (DESIGN.md). ``RolloutEngine.run(tours, decide)``:
 
-* starts ``num_envs`` workers (``rollout.worker``; each its own simulator), deals the tours
-  from a queue (a tour never splits) and refills a worker with the next tour as soon as its
-  tour ends; when the queue is empty the worker is paused, other streams go on untouched;
-* every tick hands the current observation of every active stream to ``decide(views)``,
-  which returns one action per view (``None`` lets a worker's scripted agent act), sends
-  them, and waits for all active workers: one batched policy step per tick. Streams whose
-  step produces no action (oracle phases: the environment ignores it) are sent their next
-  step before ``decide`` runs, so their workers render while the parent computes;
+* runs ``num_envs`` environments in worker processes (``rollout.worker``), ``envs_per_worker``
+  of them per process (each its own simulator; a process's environments share its scene
+  caches and GL context, so environments can outnumber cores). Environment ``e`` is seeded
+  ``seed + e`` however the environments are spread over processes;
+* deals the tours from a queue (a tour never splits; ``longest_first`` deals tours with more
+  episodes first, so the run's wall time approaches its longest tour's) and refills an
+  environment with the next tour as soon as its tour ends; when the queue is empty the
+  environment is paused, other streams go on untouched;
+* every tick hands the current observation of every active stream of one *group* to
+  ``decide(views)``, which returns one action per view (``None`` lets a worker's scripted
+  agent act), and sends them. With ``groups=1`` (the default) every stream is in one group:
+  one batched policy step per tick, then a wait for all workers. With ``groups=G`` the worker
+  processes are split into G groups taken in turn: group g's observations are decided while
+  the other groups' workers step, so the parent and the workers overlap (a GPU need not idle
+  while environments step). Results do not depend on K, the spread or the grouping wherever
+  the policy's arithmetic does not depend on its batch (tests). Workers whose streams all
+  produce no action (oracle phases: the environment ignores it) are sent their next step
+  before ``decide`` runs, so they render while the parent computes;
 * each running tour is a *stream* with a fresh id, so per-stream memory (recurrent state,
   maps) keyed by it can never leak into another tour; ``on_stream_end(stream_id)`` lets the
   owner free it;
@@ -107,6 +117,9 @@ class RolloutEngine:
         scenes_dir: str | Path | None = None,
         *,
         num_envs: int = 1,
+        envs_per_worker: int = 1,
+        groups: int = 1,
+        longest_first: bool = False,
         success_distance: float = 3.0,
         agent: str | None = None,
         expert: bool = False,
@@ -115,10 +128,14 @@ class RolloutEngine:
         start_method: str = "spawn",
         worker_extra: dict | None = None,
     ):
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        for name, value in (("num_envs", num_envs), ("envs_per_worker", envs_per_worker), ("groups", groups)):
+            if int(value) < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         self.items = list(items)
-        self.num_envs = num_envs
+        self.num_envs = int(num_envs)
+        self.envs_per_worker = int(envs_per_worker)
+        self.groups = int(groups)
+        self.longest_first = bool(longest_first)
         self._spec = dict(
             simulator=as_dataclass(simulator), env=as_dataclass(env), items=self.items, references=dict(references or {}),
             scenes_dir=None if scenes_dir is None else str(scenes_dir), success_distance=success_distance,
@@ -127,24 +144,42 @@ class RolloutEngine:
         self.seed = seed
         self.ctx = mp.get_context(start_method)
         self.workers: list[EnvWorker] = []
+        #: one entry per environment (in environment order): its process's report, its seed
         self.worker_info: list[dict] = []
         self.stats = EngineStats()
         self._streams = 0
+        self._envs: list[tuple[EnvWorker, int]] = []  # environment -> (process, slot)
+        self._first_env: dict[int, int] = {}  # process index -> its first environment
 
     # ------------------------------------------------------------------ lifecycle
+    @staticmethod
+    def layout(num_envs: int, envs_per_worker: int) -> list[int]:
+        """Environments per process: ``ceil(num_envs / envs_per_worker)`` processes, as even as possible."""
+        processes = -(-num_envs // max(1, envs_per_worker))
+        return [num_envs // processes + (1 if i < num_envs % processes else 0) for i in range(processes)]
+
     def start(self, count: int | None = None) -> None:
-        """Start the workers (worker i is seeded seed + i, as officially) and wait until ready."""
+        """Start the workers and wait until ready (at most ``count`` environments, for a run of
+        fewer tours); environment e is seeded seed + e, as officially."""
         if self.workers:
             return
         n = self.num_envs if count is None else max(1, min(count, self.num_envs))
-        self.workers = [EnvWorker(self.ctx, WorkerSpec(index=i, seed=self.seed + i, run_seed=self.seed, **self._spec)) for i in range(n)]
+        first = 0
+        for i, size in enumerate(self.layout(n, self.envs_per_worker)):
+            self.workers.append(EnvWorker(self.ctx, WorkerSpec(index=i, seed=self.seed + first, envs=size, run_seed=self.seed,
+                                                               **self._spec)))
+            self._first_env[i] = first
+            first += size
         try:
             for w in self.workers:
                 kind, info = w.receive()
                 if kind != "ready":
                     raise RuntimeError(f"environment worker {w.index} sent {kind!r} before 'ready'")
                 w.info = info
-                self.worker_info.append(info)
+                for slot, seed in enumerate(info["seeds"]):
+                    self._envs.append((w, slot))
+                    self.worker_info.append({**{k: v for k, v in info.items() if k != "seeds"}, "seed": seed,
+                                             "env": self._first_env[w.index] + slot, "process": w.index})
         except BaseException:
             self.close()
             raise
@@ -155,6 +190,8 @@ class RolloutEngine:
         for w in self.workers:
             w.close()
         self.workers = []
+        self._envs = []
+        self._first_env = {}
 
     def __enter__(self) -> "RolloutEngine":
         return self
@@ -165,6 +202,14 @@ class RolloutEngine:
     def _new_stream(self, tour_id: str) -> str:
         self._streams += 1
         return f"s{self._streams}:{tour_id}"
+
+    def schedule(self, tours: Sequence[int]) -> deque:
+        """The order tours are dealt in: as given, or (``longest_first``) tours with more
+        episodes first, ties in the given order."""
+        order = [int(k) for k in tours]
+        if self.longest_first:
+            order = sorted(order, key=lambda k: -len(self.items[k].episodes))
+        return deque(order)
 
     # ------------------------------------------------------------------ running
     def run(
@@ -180,7 +225,7 @@ class RolloutEngine:
 
         ``on_final_view`` receives each tour's last observation (which no decision follows),
         so recorders see the last episode's agent-done info even when it ends the tour."""
-        queue = deque(int(k) for k in tours)
+        queue = self.schedule(tours)
         if not queue:
             return
         t0 = time.perf_counter()
@@ -197,16 +242,22 @@ class RolloutEngine:
     def _run_autonomous(self, queue: deque, on_tour, on_progress) -> None:
         if self._spec["agent"] is None:
             raise ValueError("decide=None needs a scripted agent in the workers (agent=...)")
-        busy: dict[int, EnvWorker] = {}
-        for w in self.workers:
+        busy: dict[int, int] = {}  # process index -> tours it is running
+
+        def deal(w: EnvWorker, slot: int) -> None:
+            k = queue.popleft()
+            w.tours[slot] = self.items[k].tour.tour_id
+            w.send("run_tour", slot, k)
+            busy[w.index] = busy.get(w.index, 0) + 1
+
+        for w, slot in self._envs:
             if queue:
-                k = queue.popleft()
-                w.tour = self.items[k].tour.tour_id
-                w.send("run_tour", k)
-                busy[w.index] = w
+                deal(w, slot)
         while busy:
-            for w, msg in receive_any(list(busy.values())):
-                _, result, st = msg
+            for w, msg in receive_any([w for w in self.workers if busy.get(w.index)]):
+                _, slot, result, st = msg
+                busy[w.index] -= 1
+                w.tours.pop(slot, None)
                 self.stats.env_steps += st["steps"]
                 self.stats.env_ms += st["env_ms"]
                 self.stats.render_ms += st["render_ms"]
@@ -218,80 +269,118 @@ class RolloutEngine:
                 if on_progress is not None:
                     on_progress(result, st["steps"])
                 if queue:
-                    k = queue.popleft()
-                    w.tour = self.items[k].tour.tour_id
-                    w.send("run_tour", k)
-                else:
-                    w.tour = None
+                    deal(w, slot)
+                if not busy[w.index]:
                     del busy[w.index]
 
-    def _view(self, w: EnvWorker, stream: str, tour_index: int, payload: dict, first: bool) -> StreamView:
+    def _view(self, env: int, stream: str, tour_index: int, payload: dict, first: bool) -> StreamView:
         item = self.items[tour_index]
-        return StreamView(stream, w.index, tour_index, item.tour.tour_id, payload["scan"], payload["obs"], payload["info"],
+        return StreamView(stream, env, tour_index, item.tour.tour_id, payload["scan"], payload["obs"], payload["info"],
                           first=first, executed_action=payload.get("executed_action"))
 
     def _run_lockstep(self, queue: deque, decide: Decide, on_tour, on_stream_end, on_progress, on_final_view) -> None:
-        active: dict[int, StreamView] = {}  # worker index -> current view
+        active: dict[int, StreamView] = {}  # environment -> current view
+        scripted = self._spec["agent"] is not None
+        first_env = self._first_env
 
-        def begin(w: EnvWorker) -> bool:
-            if not queue:
-                w.tour = None
-                return False
-            k = queue.popleft()
-            w.tour = self.items[k].tour.tour_id
-            w.send("reset", k)
-            _, payload = w.receive()
-            active[w.index] = self._view(w, self._new_stream(w.tour), k, payload, True)
-            return True
+        def begin(w: EnvWorker, slots: Sequence[int]) -> None:
+            """Reset the given slots of ``w`` to the next tours of the queue (one message)."""
+            dealt = []
+            for slot in slots:
+                if not queue:
+                    break
+                k = queue.popleft()
+                w.tours[slot] = self.items[k].tour.tour_id
+                dealt.append((slot, k))
+            if not dealt:
+                return
+            w.send("reset_many", dealt)
+            _, replies = w.receive()
+            tour_of = dict(dealt)
+            for slot, payload in replies:
+                env = first_env[w.index] + slot
+                k = tour_of[slot]
+                active[env] = self._view(env, self._new_stream(w.tours[slot]), k, payload, True)
 
         for w in self.workers:
-            begin(w)
-        by_index = {w.index: w for w in self.workers}
-        scripted = self._spec["agent"] is not None
-        while active:
-            views = [active[i] for i in sorted(active)]
-            # an environment ignores the action on steps that produce none (oracle phases): let
-            # those workers render their next step while decide runs (same batches, same results)
-            early = {v.worker for v in views if not v.info.get("produce_action")}
+            begin(w, range(w.envs))
+        groups = [[w for w in self.workers if w.index % self.groups == g] for g in range(min(self.groups, len(self.workers)))]
+        pending: set[int] = set()  # processes with a step request outstanding
+
+        def collect(members: list[EnvWorker]) -> None:
+            """Wait for the group's step replies and hand finished tours on; refill their slots."""
+            waiting = [w for w in members if w.index in pending]
+            if not waiting:
+                return
+            t = time.perf_counter()
+            replies: dict[int, list] = {}
+            while waiting:
+                for w, msg in receive_any(waiting):
+                    replies[w.index] = msg[1]
+                waiting = [w for w in waiting if w.index not in replies]
+            self.stats.wait_ms += 1e3 * (time.perf_counter() - t)
+            for w in members:
+                if w.index not in replies:
+                    continue
+                pending.discard(w.index)
+                ended = []
+                for slot, payload in replies[w.index]:
+                    env = first_env[w.index] + slot
+                    v = active[env]
+                    self.stats.env_steps += 1
+                    self.stats.env_ms += payload["env_ms"]
+                    self.stats.render_ms += payload["render_ms"]
+                    if payload.get("done"):
+                        result: TourResult = payload["info"]["tour_result"]
+                        self.stats.tours += 1
+                        del active[env]
+                        w.tours.pop(slot, None)
+                        ended.append(slot)
+                        if on_final_view is not None:
+                            on_final_view(self._view(env, v.stream_id, v.tour_index, payload, False))
+                        if on_tour is not None:
+                            on_tour(result, v.stream_id)
+                        if on_stream_end is not None:
+                            on_stream_end(v.stream_id)
+                        if on_progress is not None:
+                            on_progress(result, 1)
+                    else:
+                        active[env] = self._view(env, v.stream_id, v.tour_index, payload, False)
+                        if on_progress is not None:
+                            on_progress(None, 1)
+                begin(w, ended)
+
+        def tick(members: list[EnvWorker]) -> None:
+            """Decide the group's active streams and send their steps."""
+            envs = {first_env[w.index] + slot: w for w in members for slot in range(w.envs)}
+            views = [active[e] for e in sorted(active) if e in envs]
+            if not views:
+                return
+            # an environment ignores the action on steps that produce none (oracle phases): a
+            # process whose streams all take such a step renders it while decide runs
+            by_process: dict[int, list[StreamView]] = {}
             for v in views:
-                if v.worker in early:
-                    by_index[v.worker].send("step", None if scripted else 0)
+                by_process.setdefault(envs[v.worker].index, []).append(v)
+            early = {i for i, vs in by_process.items() if not any(v.info.get("produce_action") for v in vs)}
+            for i in sorted(early):
+                w = self.workers[i]
+                w.send("step_many", [(v.worker - first_env[i], None if scripted else 0) for v in by_process[i]])
+                pending.add(i)
             t = time.perf_counter()
             actions = list(decide(views))
             self.stats.decide_ms += 1e3 * (time.perf_counter() - t)
             if len(actions) != len(views):
                 raise ValueError(f"decide returned {len(actions)} actions for {len(views)} streams")
-            for v, a in zip(views, actions):
-                if v.worker not in early:
-                    by_index[v.worker].send("step", None if a is None else int(a))
-            t = time.perf_counter()
-            replies: dict[int, dict] = {}
-            pending = [by_index[v.worker] for v in views]
-            while pending:
-                for w, msg in receive_any(pending):
-                    replies[w.index] = msg[1]
-                pending = [w for w in pending if w.index not in replies]
-            self.stats.wait_ms += 1e3 * (time.perf_counter() - t)
+            action_of = {v.worker: a for v, a in zip(views, actions)}
+            for i, vs in sorted(by_process.items()):
+                if i in early:
+                    continue
+                self.workers[i].send("step_many", [(v.worker - first_env[i], None if action_of[v.worker] is None
+                                                    else int(action_of[v.worker])) for v in vs])
+                pending.add(i)
             self.stats.ticks += 1
-            for v in views:
-                payload = replies[v.worker]
-                self.stats.env_steps += 1
-                self.stats.env_ms += payload["env_ms"]
-                self.stats.render_ms += payload["render_ms"]
-                if payload.get("done"):
-                    result: TourResult = payload["info"]["tour_result"]
-                    self.stats.tours += 1
-                    del active[v.worker]
-                    if on_final_view is not None:
-                        on_final_view(self._view(by_index[v.worker], v.stream_id, v.tour_index, payload, False))
-                    if on_tour is not None:
-                        on_tour(result, v.stream_id)
-                    if on_stream_end is not None:
-                        on_stream_end(v.stream_id)
-                    if on_progress is not None:
-                        on_progress(result, 1)
-                    begin(by_index[v.worker])
-                else:
-                    active[v.worker] = self._view(by_index[v.worker], v.stream_id, v.tour_index, payload, False)
-                    if on_progress is not None:
-                        on_progress(None, 1)
+
+        while active or pending:
+            for members in groups:
+                collect(members)
+                tick(members)

@@ -1,13 +1,18 @@
 """Environment worker processes of the rollout engine (no torch in them).
 
-Each worker owns one simulator and one ``TourEnv`` and runs whole tours, one at a time; a
-tour never splits across workers. The parent talks to it over a pipe:
+Each worker process owns ``envs`` environments (slots; one simulator and one ``TourEnv``
+each) and runs whole tours, one at a time per slot; a tour never splits across
+environments. Slots of one process share its scene and navigation caches and its GL context,
+so the number of environments can exceed the number of cores. The parent talks to it over a
+pipe, always with at most one request outstanding per process:
 
-* ``("reset", tour_index)`` -> ``("obs", payload)`` for the tour's first observation;
-* ``("step", action)`` -> ``("obs", payload)``; ``action=None`` lets the worker's scripted
-  agent choose (oracle, random, ...), which needs the simulator and so runs here;
-* ``("run_tour", tour_index)`` -> ``("tour", TourResult, stats)``: a scripted agent runs the
-  whole tour here without a message per step (no lockstep with other workers);
+* ``("reset_many", [(slot, tour_index), ...])`` -> ``("obs_many", [(slot, payload), ...])``:
+  the tours' first observations;
+* ``("step_many", [(slot, action), ...])`` -> ``("obs_many", [(slot, payload), ...])``;
+  ``action=None`` lets the slot's scripted agent choose (oracle, random, ...), which needs the
+  simulator and so runs here;
+* ``("run_tour", slot, tour_index)`` -> ``("tour", slot, TourResult, stats)``: a scripted
+  agent runs the whole tour here without a message per step (no lockstep with other workers);
 * ``("close",)``.
 
 A payload holds the requested observation arrays, the step's info (the path logs stripped;
@@ -59,8 +64,11 @@ class WorkerSpec:
     success_distance: float = 3.0
     #: a scripted agent run inside the worker (``rollout.scripted``), or None
     agent: str | None = None
-    #: the simulator's seed (worker i of a run: run seed + i, as officially)
+    #: the first slot's simulator seed; slot j is seeded ``seed + j`` (environment e of a run:
+    #: run seed + e, as officially)
     seed: int = 100
+    #: environments (slots) in this process
+    envs: int = 1
     #: the run's seed, for scripted agents: they re-seed per tour from (run seed, tour id),
     #: so a tour's result does not depend on the worker that ran it
     run_seed: int = 100
@@ -77,12 +85,12 @@ def _strip(info: dict) -> dict:
 class _Runner:
     """The worker's side: environment, agent, and the accumulator of the running tour."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, seed: int):
         from ivln_ce.rollout.scripted import make_agent
         from ivln_ce.sim import make_simulator
 
         self.spec = spec
-        self.sim = make_simulator(spec.simulator, seed=spec.seed)
+        self.sim = make_simulator(spec.simulator, seed=seed)
         self.env = TourEnv(self.sim, spec.items, spec.env, spec.references, spec.scenes_dir,
                            success_distance=spec.success_distance, expert=spec.expert)
         if spec.agent == "policy":  # a learned policy in this worker (imports torch here only)
@@ -160,28 +168,30 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
     start-up (``("init", items, references)``), not as process arguments: a child that dies
     while starting then shows as a broken pipe in the parent instead of a blocked write."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
-    runner = None
+    runners: list[_Runner] = []
     try:
         cmd = conn.recv()
         if cmd[0] != "init":
             raise ValueError(f"worker expected 'init' first, got {cmd[0]!r}")
         spec.items, spec.references = cmd[1], cmd[2]
-        runner = _Runner(spec)
-        conn.send(("ready", {"pid": os.getpid(), "seed": spec.seed, "torch_loaded": "torch" in sys.modules,
-                             "navmesh": getattr(runner.sim, "navmesh_source", None),
-                             "sim_version": getattr(runner.sim, "version", None)}))
+        for slot in range(spec.envs):
+            runners.append(_Runner(spec, spec.seed + slot))
+        sim = runners[0].sim
+        conn.send(("ready", {"pid": os.getpid(), "seeds": [spec.seed + j for j in range(spec.envs)],
+                             "torch_loaded": "torch" in sys.modules,
+                             "navmesh": getattr(sim, "navmesh_source", None), "sim_version": getattr(sim, "version", None)}))
         while True:
             cmd = conn.recv()
             kind = cmd[0]
             if kind == "close":
                 break
-            if kind == "reset":
-                conn.send(("obs", runner.reset(cmd[1])))
-            elif kind == "step":
-                conn.send(("obs", runner.step(cmd[1])))
+            if kind == "reset_many":
+                conn.send(("obs_many", [(slot, runners[slot].reset(k)) for slot, k in cmd[1]]))
+            elif kind == "step_many":
+                conn.send(("obs_many", [(slot, runners[slot].step(a)) for slot, a in cmd[1]]))
             elif kind == "run_tour":
-                result, stats = runner.run_tour(cmd[1])
-                conn.send(("tour", result, stats))
+                result, stats = runners[cmd[1]].run_tour(cmd[2])
+                conn.send(("tour", cmd[1], result, stats))
             elif kind == "crash":  # for tests: die the way a segfaulting renderer would
                 os._exit(int(cmd[1]))
             elif kind == "raise":  # for tests: an exception inside the worker
@@ -197,7 +207,7 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
             pass
         sys.exit(1)
     finally:
-        if runner is not None:
+        for runner in runners:
             runner.close()
 
 
@@ -231,7 +241,8 @@ class EnvWorker:
         with _sigint_ignored():  # the child starts with Ctrl-C ignored: no traceback while it imports
             self.process.start()
         child.close()
-        self.tour: str | None = None  # the tour it is running, for error messages
+        self.envs = spec.envs
+        self.tours: dict[int, str] = {}  # slot -> the tour it is running, for error messages
         self.info: dict = {}
         self._close_sent = False
         self.send("init", spec.items, spec.references)
@@ -251,7 +262,8 @@ class EnvWorker:
                 how += f" ({signal.Signals(-code).name})"
             except ValueError:
                 pass
-        doing = f" while running tour {self.tour}" if self.tour is not None else ""
+        running = sorted(self.tours.values(), key=lambda t: (len(t), t))
+        doing = f" while running tour{'s' if len(running) > 1 else ''} {', '.join(running)}" if running else ""
         detail = f"\n--- worker traceback ---\n{text.rstrip()}" if text else " (no traceback: the process was killed or crashed)"
         raise WorkerCrashed(f"environment worker {self.index} (pid {self.process.pid}) died with {how}{doing}{detail}")
 

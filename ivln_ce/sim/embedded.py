@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
 
@@ -35,6 +36,34 @@ from ivln_ce.sim.navigation import AgentBody, NavGrid, grid_for_layout
 from ivln_ce.sim.render import CameraSpec, Renderer, make_renderer
 
 
+#: scenes (with their navigation grids) kept per process, shared by its simulators
+SCENE_CACHE_SIZE = 16
+_scenes: "OrderedDict[tuple, tuple[Scene, NavGrid]]" = OrderedDict()
+#: renderers shared by the simulators of one process that show the same scene: key -> [renderer, users]
+_renderers: dict[tuple, list] = {}
+
+
+def _shared_scene(path: str, body: AgentBody, cell: float) -> tuple[Scene, NavGrid]:
+    """A scene and its grid, loaded once per process: the environments of one rollout worker
+    share them (and the grid's geodesic field cache). Both are read-only once built."""
+    try:
+        st = Path(path).stat()
+        version = (st.st_size, st.st_mtime_ns, st.st_ino)  # a file rewritten in place is loaded again
+    except OSError:
+        version = None  # load_scene names the missing file
+    key = (path, version, body, float(cell))
+    hit = _scenes.get(key)
+    if hit is None:
+        scene = load_scene(path)
+        hit = (scene, grid_for_layout(scene.layout, body, cell))
+        _scenes[key] = hit
+        while len(_scenes) > SCENE_CACHE_SIZE:
+            _scenes.popitem(last=False)
+    else:
+        _scenes.move_to_end(key)
+    return hit
+
+
 class EmbeddedSimulator:
     """Implements ``sim.base.Simulator`` for generated houses."""
 
@@ -44,6 +73,8 @@ class EmbeddedSimulator:
         self._scene: Scene | None = None
         self._scene_id: str | None = None
         self._renderer: Renderer | None = None
+        self._renderer_key: tuple | None = None
+        self._shared = False
         self.nav: NavGrid | None = None
         self._state = AgentState(np.zeros(3), 0.0)
         self._class_lut: np.ndarray | None = None
@@ -70,16 +101,32 @@ class EmbeddedSimulator:
         path = str(scene)
         if path == self._scene_id:
             return
-        self.load_scene_object(load_scene(path), path)
+        loaded, nav = _shared_scene(path, self.body, self.config.nav_cell)
+        self._use_scene(loaded, path, nav, shared=True)
 
     def load_scene_object(self, scene: Scene, scene_id: str | None = None) -> None:
         """Use an in-memory scene (tests, dataset building)."""
-        if self._renderer is not None:
+        self._use_scene(scene, scene_id or scene.name, grid_for_layout(scene.layout, self.body, self.config.nav_cell), shared=False)
+
+    def _release_renderer(self) -> None:
+        if self._renderer is None:
+            return
+        entry = _renderers.get(self._renderer_key) if self._renderer_key is not None else None
+        if entry is not None and entry[0] is self._renderer:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _renderers[self._renderer_key]
+                self._renderer.close()
+        else:
             self._renderer.close()
-            self._renderer = None
+        self._renderer, self._renderer_key = None, None
+
+    def _use_scene(self, scene: Scene, scene_id: str, nav: NavGrid, shared: bool) -> None:
+        self._release_renderer()
+        self._shared = shared
         self._scene = scene
-        self._scene_id = scene_id or scene.name
-        self.nav = grid_for_layout(scene.layout, self.body, self.config.nav_cell)
+        self._scene_id = scene_id
+        self.nav = nav
         self._class_lut = scene.instance_classes()
         start = self.nav.sample_point(np.random.default_rng(0), self.nav.largest_island())
         self._state = AgentState(start, 0.0)
@@ -89,7 +136,16 @@ class EmbeddedSimulator:
         if self._renderer is None:
             from ivln_ce.sim import resolve_gpu_device
 
-            self._renderer = make_renderer(self.scene.mesh, self.config.renderer.value, resolve_gpu_device(self.config))
+            device = resolve_gpu_device(self.config)
+            if not self._shared:
+                self._renderer = make_renderer(self.scene.mesh, self.config.renderer.value, device)
+                return self._renderer
+            key = (self._scene_id, id(self.scene), self.config.renderer.value, device)
+            entry = _renderers.get(key)
+            if entry is None:
+                entry = _renderers[key] = [make_renderer(self.scene.mesh, self.config.renderer.value, device), 0]
+            entry[1] += 1
+            self._renderer, self._renderer_key = entry[0], key
         return self._renderer
 
     # ------------------------------------------------------------------ agent
@@ -173,6 +229,4 @@ class EmbeddedSimulator:
         return GreedyFollower(self, goal_radius, self.config.forward_step, turn_radians(self.config), fix_thrashing)
 
     def close(self) -> None:
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        self._release_renderer()

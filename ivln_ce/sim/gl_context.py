@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 
 log = logging.getLogger(__name__)
@@ -55,3 +56,19 @@ def create_context(backend: str = "egl", device_index: int | None = None):
         except Exception as exc:
             log.warning("EGL device %d could not be opened (%s); rendering on the default EGL display", device_index, exc)
     return moderngl.create_standalone_context(backend=backend)
+
+
+_SHARED: dict[tuple[str, int], tuple[int, object]] = {}
+
+
+def shared_context(backend: str = "egl", device_index: int | None = None):
+    """One context per process and device, shared by every renderer of the process (the
+    environments of one rollout worker): creating an EGL context costs tens of milliseconds and
+    a driver's memory each. A forked child never reuses its parent's context."""
+    key = (backend, int(device_index or 0))
+    hit = _SHARED.get(key)
+    if hit is not None and hit[0] == os.getpid():
+        return hit[1]
+    ctx = create_context(backend, device_index)
+    _SHARED[key] = (os.getpid(), ctx)
+    return ctx

@@ -188,10 +188,16 @@ class ModernGLRenderer:
     def __init__(self, mesh: TriangleMesh, backend: str = "egl", device_index: int | None = None):
         import moderngl
 
-        from ivln_ce.sim.gl_context import create_context
+        from ivln_ce.sim.gl_context import shared_context
 
         self.mesh = mesh
-        self.ctx = create_context(backend, device_index)
+        # the process's context, shared by its renderers (not released by close); every use
+        # makes it current first: another context may have been made current since
+        self.ctx = shared_context(backend, device_index)
+        with self.ctx:
+            self._build(mesh, moderngl)
+
+    def _build(self, mesh: TriangleMesh, moderngl) -> None:
         # every mesh is a union of closed, outward-facing boxes seen from outside: cull back faces
         self.ctx.enable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
         self.prog = self.ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
@@ -203,7 +209,7 @@ class ModernGLRenderer:
             self.ctx.buffer(mesh.colors.astype("u1").tobytes()),
             self.ctx.buffer(inst.tobytes()),
         ]
-        index = self.ctx.buffer(mesh.faces.astype("u4").tobytes())
+        self._index = index = self.ctx.buffer(mesh.faces.astype("u4").tobytes())
         self.vao = self.ctx.vertex_array(
             self.prog,
             [
@@ -228,6 +234,10 @@ class ModernGLRenderer:
         return self._targets[key][0]
 
     def render(self, eye, heading, camera: CameraSpec, rgb=True, depth=True, instance=True) -> RenderOutput:
+        with self.ctx:
+            return self._render(eye, heading, camera, rgb, depth, instance)
+
+    def _render(self, eye, heading, camera: CameraSpec, rgb: bool, depth: bool, instance: bool) -> RenderOutput:
         fbo = self._fbo(camera.width, camera.height)
         fbo.use()
         fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
@@ -249,15 +259,18 @@ class ModernGLRenderer:
         return out
 
     def close(self) -> None:
+        with self.ctx:
+            self._release()
+
+    def _release(self) -> None:
         for item in self._targets.values():
             for obj in item:
                 obj.release()
         self._targets.clear()
         self.vao.release()
-        for b in self._buffers:
+        for b in (*self._buffers, self._index):
             b.release()
         self.prog.release()
-        self.ctx.release()
 
 
 RENDERERS = ("moderngl", "embree")

@@ -356,6 +356,7 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
     if driver.maps_needed and cfg.mapping.mode.value != "known":
         keys.append("semantic12" if cfg.mapping.semantics.value == "gt" else "rgb")
     engine = RolloutEngine(items, cfg.simulator, cfg.env, references, scenes_dir, num_envs=min(int(cfg.train.num_envs), max(1, len(plan))),
+                           envs_per_worker=int(cfg.train.envs_per_worker), groups=int(cfg.train.groups), longest_first=True,
                            success_distance=cfg.metrics.success_distance, expert=True, obs_keys=sorted(set(keys)),
                            seed=int(cfg.seed) + 1000 * round_)
     t0 = time.perf_counter()

@@ -70,7 +70,7 @@ from ivln_ce.progress import bar as progress_bar
 log = logging.getLogger(__name__)
 
 RESUME_FILE = "resume.pt"
-COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits", "train.store_cache",
+COSMETIC_TRAIN_KEYS = ("train.num_envs", "train.envs_per_worker", "train.groups", "train.loader_workers", "train.out_dir", "train.resume_every", "train.eval_splits", "train.store_cache",
                        "train.eval_tours", "train.device")
 
 
@@ -91,6 +91,8 @@ class RunState:
     checkpoints: list[str] = field(default_factory=list)
     pending_eval: int | None = None  # a checkpoint whose in-training evaluation has not finished (train.eval_splits)
     seconds: float = 0.0  # wall seconds of every start of the run, up to its last resume point
+    #: one record per collected round (rank 0's share): episodes, steps, wall time, steps/s, device
+    collections: list[dict] = field(default_factory=list)
 
     def start_clock(self) -> None:
         """Count this start's wall time on top of ``seconds`` (a plain attribute, never saved), so
@@ -185,6 +187,8 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     for key in COSMETIC_TRAIN_KEYS:
         if key == "train.num_envs" and (cfg.train.bn_train_mode or p6):
             continue  # under T3 the workers share BatchNorm statistics, under P6 they make the chains: what is collected
+        if key == "train.groups" and cfg.train.bn_train_mode:
+            continue  # under T3 a group is a BatchNorm batch
         fpr._drop(tree, key)
     config["train"] = tree.get("train", {})
     for key in ("eval",):
@@ -260,6 +264,18 @@ def load_resume(out: Path, fingerprint: str, policy, opt) -> RunState | None:
     return RunState(**saved_state)
 
 
+def collection_record(cfg: DictConfig, round_: int, stats, tours: int, world: int) -> dict[str, Any]:
+    """What a round's collection cost (rank 0's share of it under torchrun), for the summary."""
+    from ivln_ce.rollout.cpus import device_description
+    from ivln_ce.rollout.engine import RolloutEngine
+
+    k = min(int(cfg.train.num_envs), max(1, tours))
+    return {"round": int(round_), "episodes": int(stats.episodes), "steps": int(stats.steps), "wall_s": round(float(stats.seconds), 3),
+            "steps_per_s": round(stats.steps / stats.seconds, 2) if stats.seconds > 0 else None,
+            "device": device_description(str(cfg.train.device)), "ranks": int(world), "environments": k,
+            "processes": len(RolloutEngine.layout(k, int(cfg.train.envs_per_worker))), "groups": int(cfg.train.groups)}
+
+
 def _bad_state_fields(state: dict) -> list[str]:
     """The fields of a saved ``RunState`` whose values have the wrong type or sign."""
     def count(v):
@@ -273,6 +289,9 @@ def _bad_state_fields(state: dict) -> list[str]:
               "done": lambda v: isinstance(v, bool), "store": cursor, "replayed": cursor,
               "checkpoints": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
               "pending_eval": lambda v: v is None or count(v),
+              "collections": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
+                  isinstance(x, dict) and all(isinstance(k, str) and (isinstance(n, (int, float, str)) or n is None)
+                                              for k, n in x.items()) for x in v),
               "seconds": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
               "lane_states": lambda v: v is None or (isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point())}
     return sorted(k for k, check in checks.items() if k in state and not check(state[k]))
@@ -454,6 +473,7 @@ class RunStart:
                 "episodes_collected": state.episodes_collected, "steps_collected": state.steps_collected,
                 "checkpoints": state.checkpoints, "stopped_by_max_steps": bool(stopped), "resumed": resumed,
                 "seconds_this_run": round(seconds, 1), "seconds_total": round(state.elapsed(), 1),
+                "collections": list(state.collections),
                 "fingerprint": self.fingerprint, "world_size": self.world,
                 "load_reports": [str(r) for r in self.reports]}
 
@@ -560,6 +580,12 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             if writer is not None:
                 writer.add_scalar("train/collect_steps_per_s", stats.steps / max(stats.seconds, 1e-9), state.step)
             if rank == 0:
+                record = collection_record(cfg, k, stats, len(mine), world)
+                state.collections.append(record)
+                print(f"ivln-ce train: round {k} collected {record['episodes']} episodes ({record['steps']} steps) in "
+                      f"{record['wall_s']:.1f} s, {record['steps_per_s'] or 0:.0f} steps/s on {record['device']} "
+                      f"({record['environments']} environments in {record['processes']} process(es), {record['groups']} group(s))",
+                      file=sys.stderr)
                 save_resume(out, fingerprint, state, policy, opt, writer)
                 if _cacheable(cfg, k, beta):
                     _publish_store(cfg, data, policy, store_dir)

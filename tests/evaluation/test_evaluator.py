@@ -19,7 +19,7 @@ def outputs(results, label):
     for kind in ("iterative_stats", "iterative_all_stats", "dtw_data", "tours"):
         data = json.loads(paths.output(kind).read_text())
         if kind == "iterative_stats":
-            for k in ("config", "latency", "resume"):
+            for k in ("config", "latency", "resume", "run"):
                 data.pop(k)
         out[kind] = data
     return out
@@ -39,6 +39,28 @@ def test_oracle_is_the_upper_bound_and_random_scores_low(tiny_benchmark, oracle_
     rnd = evaluate(eval_cfg(tiny_benchmark, tmp_path, "eval.agent=random"))
     assert rnd["success"] < 0.3 and rnd["tndtw"] < 0.6
     assert summary["config"]["eval"]["agent"] == "oracle"  # results carry the resolved config
+
+
+def test_the_wall_time_and_device_are_results(tiny_benchmark, tmp_path):
+    """'Hours per checkpoint' is a number in the results: wall time, environment steps per
+    second, the device and the engine layout, in the summary, the manifest and the printed text."""
+    from ivln_ce.evaluation.evaluator import format_summary
+
+    results = tmp_path / "r"
+    summary = evaluate(eval_cfg(tiny_benchmark, results, "eval.agent=random", "eval.num_envs=3", "eval.envs_per_worker=2",
+                                "eval.groups=2", "eval.tours=[0,1,2]"), show_progress=False)
+    run = summary["run"]
+    assert run["env_steps"] == summary["steps"] > 0 and run["tours_computed"] == 3
+    assert (run["environments"], run["envs_per_worker"], run["processes"], run["groups"], run["ranks"]) == (3, 2, 2, 2, 1)
+    assert 0 < run["rollout_wall_s"] <= run["wall_s"]
+    assert run["steps_per_s"] == pytest.approx(run["env_steps"] / run["rollout_wall_s"], rel=1e-3)
+    assert run["device"].startswith("cpu: ") and "core" in run["device"]
+    paths = EvalPaths(results, "val_unseen", "random")
+    assert json.loads(paths.output("manifest").read_text())["run"] == run == json.loads(paths.output("iterative_stats").read_text())["run"]
+    text = format_summary(summary, results)
+    assert f"wall time {run['wall_s']:.1f} s (3 tours computed" in text and "3 environments in 2 process(es), 2 group(s)" in text
+    again = evaluate(eval_cfg(tiny_benchmark, results, "eval.agent=random", "eval.tours=[0,1,2]"), show_progress=False)
+    assert again["run"]["tours_computed"] == 0 and again["run"]["env_steps"] == 0  # a resumed run computed nothing
 
 
 def test_path_log_scores_identically_through_ivln_ce_score(tiny_benchmark, oracle_run, tmp_path, capsys):

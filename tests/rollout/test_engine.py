@@ -11,6 +11,7 @@ import pytest
 from ivln_ce.config import load_config
 from ivln_ce.evaluation.evaluator import EvalPaths, evaluate, load_split
 from ivln_ce.rollout.engine import EngineStats, RolloutEngine
+from ivln_ce.rollout.streams import StreamView
 from ivln_ce.rollout.worker import WorkerCrashed
 
 
@@ -58,6 +59,83 @@ def test_results_do_not_depend_on_the_number_of_environments_or_the_mode(tiny_be
     assert len(firsts) == len(tours)
 
 
+@pytest.mark.parametrize("num_envs, per_worker, groups", [(2, 1, 2), (5, 3, 2), (5, 5, 1), (3, 1, 3)],
+                         ids=["2x1-g2", "5-in-3+2-g2", "5-in-1", "3x1-g3"])
+def test_results_do_not_depend_on_environments_per_process_or_groups(tiny_benchmark, num_envs, per_worker, groups):
+    """Several environments in one process and worker groups taken in turn change where and
+    when steps run, never what a tour produces; each tour is still dealt once, every stream id fresh."""
+    cfg, split = setup(tiny_benchmark, "env.oracle_step_limit=12")
+    tours = list(range(len(split.items)))
+    with engine(cfg, split, num_envs=1) as e1:
+        one = run(e1, tours, lambda views: [None] * len(views))
+    seen: list[list[StreamView]] = []
+
+    def decide(views):
+        seen.append(list(views))
+        return [None] * len(views)
+
+    with engine(cfg, split, num_envs=num_envs, envs_per_worker=per_worker, groups=groups, longest_first=True) as e:
+        many = run(e, tours, decide)
+        assert len(e.workers) == len(RolloutEngine.layout(num_envs, per_worker))
+        assert [w["env"] for w in e.worker_info] == list(range(num_envs))
+        assert [w["seed"] for w in e.worker_info] == [int(cfg.seed) + i for i in range(num_envs)]  # environment e: seed + e
+        assert e.stats.tours == len(tours)
+    with engine(cfg, split, num_envs=num_envs, envs_per_worker=per_worker) as e:
+        autonomous = run(e, tours)
+    assert one == many == autonomous
+    # a tick decides one group: at most its environments, never a stream twice
+    group_envs = [{i for i in range(num_envs) if (proc := _process_of(i, num_envs, per_worker)) % groups == g} for g in range(groups)]
+    for tick in seen:
+        envs = {v.worker for v in tick}
+        assert len(envs) == len(tick) and any(envs <= g for g in group_envs)
+    if groups > 1:  # groups alternate: consecutive ticks come from different groups while both run
+        assert any({v.worker for v in a}.isdisjoint({v.worker for v in b}) for a, b in zip(seen, seen[1:]))
+    assert len({v.stream_id for tick in seen for v in tick if v.first}) == len(tours)
+
+
+def _process_of(env: int, num_envs: int, per_worker: int) -> int:
+    first = 0
+    for proc, size in enumerate(RolloutEngine.layout(num_envs, per_worker)):
+        if env < first + size:
+            return proc
+        first += size
+    raise AssertionError(env)
+
+
+def test_more_environments_than_cores_run_in_few_processes(tiny_benchmark):
+    from ivln_ce.rollout.cpus import usable_cpus
+
+    cores = usable_cpus()
+    cfg, split = setup(tiny_benchmark, "env.max_agent_steps=3", "env.oracle_step_limit=3")
+    k = cores + 3
+    per = -(-k // min(2, cores))
+    with engine(cfg, split, num_envs=k, envs_per_worker=per, groups=2) as e:
+        tours = list(range(len(split.items))) * 2  # every environment gets a tour
+        done = []
+        e.run(tours[:k], lambda views: [None] * len(views), on_tour=lambda r, s: done.append(r.tour_id))
+        assert len(e.worker_info) == k > cores and len(e.workers) <= min(2, cores)
+        assert len({w["pid"] for w in e.worker_info}) == len(e.workers)
+    assert sorted(done) == sorted(split.items[t].tour.tour_id for t in tours[:k])
+
+
+def test_longest_first_deals_tours_with_more_episodes_first(tiny_benchmark):
+    cfg, split = setup(tiny_benchmark)
+    e = engine(cfg, split, num_envs=1, longest_first=True)
+    order = list(e.schedule(range(len(split.items))))
+    sizes = [len(split.items[k].episodes) for k in order]
+    assert sizes == sorted(sizes, reverse=True) and sorted(order) == list(range(len(split.items)))
+    assert list(engine(cfg, split, num_envs=1).schedule([2, 0, 1])) == [2, 0, 1]  # as given otherwise
+
+
+def test_layout_spreads_environments_evenly():
+    assert RolloutEngine.layout(5, 3) == [3, 2] and RolloutEngine.layout(7, 2) == [2, 2, 2, 1]
+    assert RolloutEngine.layout(4, 1) == [1, 1, 1, 1] and RolloutEngine.layout(3, 8) == [3]
+    for k in range(1, 40):
+        for m in range(1, 10):
+            sizes = RolloutEngine.layout(k, m)
+            assert sum(sizes) == k and max(sizes) <= m and max(sizes) - min(sizes) <= 1
+
+
 def test_a_worker_exception_stops_the_run_with_its_traceback(tiny_benchmark):
     cfg, split = setup(tiny_benchmark)
     with engine(cfg, split, num_envs=1) as e:
@@ -73,7 +151,7 @@ def test_a_killed_worker_is_reported_with_its_signal(tiny_benchmark):
     with engine(cfg, split, num_envs=2) as e:
         e.start()
         os.kill(e.workers[1].process.pid, signal.SIGKILL)
-        e.workers[1].tour = "7"
+        e.workers[1].tours[0] = "7"
         with pytest.raises(WorkerCrashed, match=r"worker 1 .*SIGKILL.*tour 7.*no traceback"):
             e.workers[1].receive(timeout=60)
 

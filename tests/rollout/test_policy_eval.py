@@ -30,7 +30,8 @@ MAP = ["policy.name=map_cma", "simulator.sensors=[depth,semantic]", *SMALL]
 TOUR = ["policy.name=tour_cma", "simulator.sensors=[rgb,depth]", *SMALL]
 
 
-ALL_LAYOUTS = (("workers", 1), ("workers", 2), ("workers", 4), ("main", 1), ("main", 3))
+#: (policy process, environments[, environments per worker process, worker groups])
+ALL_LAYOUTS = (("workers", 1), ("workers", 2), ("workers", 4), ("main", 1), ("main", 3), ("main", 5, 3, 2), ("main", 2, 1, 2))
 
 
 @pytest.mark.parametrize("policy, layouts, tours", [
@@ -43,16 +44,18 @@ def test_random_policies_evaluate_and_do_not_depend_on_the_number_of_environment
                                                                                    tours):
     runs, lats = {}, {}
     # the policy in the parent process (batched) and inside each worker (batch 1) at several K
-    for mode, k in layouts:
+    for mode, k, *spread in layouts:
+        per_worker, groups = spread or (1, 1)
         # oracle walks are cut (teleport) after 12 steps and episodes after 12 actions: short, yet every
         # kind of step (agent, oracle goal/start, teleports, tour starts) passes through the policy
-        out = tmp_path / f"{mode}{k}"
+        out = tmp_path / f"{mode}{k}-{per_worker}-{groups}"
         summary = evaluate(cfg(tiny_benchmark, out, *policy, f"eval.tours={tours}", f"eval.num_envs={k}",
+                               f"eval.envs_per_worker={per_worker}", f"eval.groups={groups}",
                                f"eval.policy_process={mode}", "env.oracle_step_limit=12", "env.max_agent_steps=12"),
                            show_progress=False)
         assert summary["num_episodes"] == sum(len(v) for v in outputs(out, summary["label"])["iterative_all_stats"].values())
-        runs[mode, k], lats[mode] = outputs(out, summary["label"]), summary["latency"]
-    first = runs[layouts[0]]
+        runs[mode, k, per_worker, groups], lats[mode] = outputs(out, summary["label"]), summary["latency"]
+    first = next(iter(runs.values()))
     assert all(r == first for r in runs.values())
     tick = lats["main"]["ms_per_tick"]  # the parent's batched policy reports per tick ...
     assert {"policy", "encoders", "batch"} <= set(tick) and ("map" in tick) == (policy is MAP)

@@ -73,14 +73,16 @@ def test_stored_labels_are_the_experts_whatever_was_executed(tiny_benchmark, tmp
 @pytest.mark.slow
 def test_collection_does_not_depend_on_the_number_of_environments(tiny_benchmark, tmp_path):
     runs = []
-    for k in (1, 3):
+    # (environments, environments per worker process, worker groups)
+    for k, per_worker, groups in ((1, 1, 1), (3, 1, 1), (5, 3, 2)):
         out = tmp_path / f"k{k}"
         train(load_config(None, latent(tiny_benchmark, out, "train.p=0.5", "train.update_size=4", f"train.num_envs={k}",
-                                       "train.max_steps=1")), show_progress=False)
+                                       f"train.envs_per_worker={per_worker}", f"train.groups={groups}", "train.max_steps=1")),
+              show_progress=False)
         runs.append(store_arrays(out))
-    assert [e for e, _ in runs[0]] == [e for e, _ in runs[1]] and len(runs[0]) >= 4
+    assert all([e for e, _ in run] == [e for e, _ in runs[0]] for run in runs) and len(runs[0]) >= 4
     _assert_the_word_table_learned(tmp_path / "k1")
-    for (_, a), (_, b) in zip(*runs):
+    for (_, a), (_, b) in (pair for other in runs[1:] for pair in zip(runs[0], other)):
         assert a.keys() == b.keys()
         for k in a:
             if k.endswith("_features"):  # the frozen encoders' convolutions block by batch size: 1 fp16 ulp
@@ -394,6 +396,12 @@ def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_
     # the whole training time: the first start's up to its resume point, then this one's
     assert resumed["seconds_total"] >= round(first_start + resumed["seconds_this_run"], 1) - 0.2
     assert full["seconds_total"] >= full["seconds_this_run"] > 0
+    # each collected round's cost is a result, kept across resumes: one round of 2 episodes here
+    for summary in (full, resumed):
+        (c,) = summary["collections"]
+        assert (c["round"], c["episodes"], c["ranks"], c["environments"], c["processes"], c["groups"]) == (0, 2, 1, 1, 1, 1)
+        assert c["steps"] == summary["steps_collected"] > 0 and c["wall_s"] > 0 and c["device"].startswith("cpu: ")
+        assert c["steps_per_s"] == pytest.approx(c["steps"] / c["wall_s"], rel=1e-2)
     # starting a finished run again trains nothing and keeps its total
     again = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
     assert again["optimizer_steps"] == 3 and again["seconds_total"] >= resumed["seconds_total"]
