@@ -75,8 +75,9 @@ class Mapper:
         sensor = pos + torch.tensor([0.0, self.sensor_height, 0.0], device=self.device)
         mode = self.cfg.mode
         reset = tour_start if mode in (MapMode.iterative, MapMode.known) else (episode_memory_reset | tour_start)
+        resets = reset.tolist()  # one transfer, not one per stream
         for i, s in enumerate(streams):
-            if bool(reset[i]) or not self.grid.has(s):
+            if resets[i] or not self.grid.has(s):
                 if mode == MapMode.known:
                     if scans is None:
                         raise ValueError("known maps need the scan name of every stream")

@@ -273,7 +273,8 @@ class PolicyState:
     executed one (SPEC §1.10)."""
 
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # (L, 512)
-    instruction: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    #: stream -> (features (C, W), mask (W), length): zero beyond the length
+    instruction: dict[str, tuple[torch.Tensor, torch.Tensor, int]] = field(default_factory=dict)
     prev_action: dict[str, int] = field(default_factory=dict)
     encodings: int = 0  # instruction encodings performed (once per episode per stream)
 
@@ -331,10 +332,20 @@ class CMAPolicy(nn.Module):
     def num_recurrent_layers(self) -> int:
         return self.net.num_recurrent_layers
 
-    def _pad_instructions(self, encoded: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-        L = max(f.shape[1] for f, _ in encoded)
-        feats = torch.stack([F.pad(f, (0, L - f.shape[1])) for f, _ in encoded])
-        masks = torch.stack([F.pad(m, (0, L - m.shape[0])) for _, m in encoded])
+    @staticmethod
+    def _pad_instructions(encoded: Sequence[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's encoded instructions, zero-padded to its longest (``L``): (N, C, L), (N, L).
+
+        Each stream's encoding is stored zeroed beyond its length at a common width, so the
+        batch is one stack and a slice (a constant number of operators, whatever N); the values
+        equal those of padding each stream's trimmed encoding."""
+        L = max(n for _, _, n in encoded)
+        if len({f.shape[1] for f, _, _ in encoded}) == 1:
+            feats = torch.stack([f for f, _, _ in encoded])[:, :, :L].contiguous()
+            masks = torch.stack([m for _, m, _ in encoded])[:, :L].contiguous()
+            return feats, masks
+        feats = torch.stack([F.pad(f[:, :n], (0, L - n)) for f, _, n in encoded])
+        masks = torch.stack([F.pad(m[:n], (0, L - n)) for _, m, n in encoded])
         return feats, masks
 
     @torch.no_grad()
@@ -357,13 +368,26 @@ class CMAPolicy(nn.Module):
         """
         L = self.num_recurrent_layers
         device = next(self.parameters()).device
-        h = torch.stack([state.hidden.get(s, torch.zeros(L, HIDDEN, device=device)) for s in stream_ids])
-        need = [i for i, s in enumerate(stream_ids) if bool(episode_start[i]) or s not in state.instruction]
+        fresh = None  # one zero state shared by the batch's new streams (stack copies it)
+        hs = []
+        for s in stream_ids:
+            if s not in state.hidden and fresh is None:
+                fresh = torch.zeros(L, HIDDEN, device=device)
+            hs.append(state.hidden.get(s, fresh))
+        h = torch.stack(hs)
+        starts = episode_start.tolist()  # one transfer, not one per stream
+        need = [i for i, s in enumerate(stream_ids) if starts[i] or s not in state.instruction]
         if need:
             feats, mask = self.net.instruction_encoder(observations["instruction"][need])
+            lengths = [int(n) for n in mask.sum(1).tolist()]
+            # zeroed beyond each length, at the input's width: the batch stacks without padding
+            keep = torch.arange(feats.shape[2], device=feats.device)[None, :] < torch.tensor(lengths, device=feats.device)[:, None]
+            width = max(int(observations["instruction"].shape[1]), feats.shape[2])
+            feats = F.pad(torch.where(keep[:, None, :], feats, torch.zeros((), dtype=feats.dtype, device=feats.device)),
+                          (0, width - feats.shape[2]))
+            mask = F.pad(torch.where(keep, mask, torch.zeros((), dtype=mask.dtype, device=mask.device)), (0, width - mask.shape[1]))
             for j, i in enumerate(need):
-                length = int(mask[j].sum())
-                state.instruction[stream_ids[i]] = (feats[j, :, :length], mask[j, :length])
+                state.instruction[stream_ids[i]] = (feats[j], mask[j], lengths[j])
             state.encodings += len(need)
         instr, instr_mask = self._pad_instructions([state.instruction[s] for s in stream_ids])
         prev = torch.tensor([state.prev_action.get(s, -1) for s in stream_ids], device=device)
@@ -376,8 +400,8 @@ class CMAPolicy(nn.Module):
             actions = logits.argmax(dim=1)
         else:
             actions = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
-        for i, s in enumerate(stream_ids):
-            state.hidden[s] = new_h[i].detach()
+        for s, row in zip(stream_ids, new_h.detach().unbind(0)):
+            state.hidden[s] = row
         return actions, progress, state
 
     def forward_sequence(

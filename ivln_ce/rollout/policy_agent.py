@@ -158,7 +158,7 @@ class PolicyAgent:
             if not self.deterministic:
                 probs = torch.softmax(self.policy.last_logits.float(), dim=1).cpu()
                 actions = torch.stack([torch.multinomial(probs[i], 1, generator=self._generator(s))[0] for i, s in enumerate(streams)])
-            chosen = [int(a) for a in actions.cpu()]
+            chosen = [int(a) for a in actions.cpu().tolist()]
             self.record(streams, chosen)
             for i, a in zip(rows, chosen):
                 out[i] = a

@@ -151,6 +151,8 @@ class CollectStats:
     agrees: int = 0  # policy choice == expert label, over agent steps where the policy ran
     decided: int = 0
     seconds: float = 0.0
+    env_steps: int = 0  # every environment step (agent, oracle, teleports), stored or not
+    start_s: float = 0.0  # of ``seconds``: starting the environment workers
 
 
 class CollectDriver:
@@ -364,6 +366,7 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
         engine.run(plan, driver.decide, on_stream_end=driver.drop, on_final_view=driver.final,
                    on_progress=(lambda r, n: progress(r, n)) if progress is not None else None)
     driver.stats.seconds = time.perf_counter() - t0
+    driver.stats.env_steps, driver.stats.start_s = engine.stats.env_steps, engine.stats.start_s
     writer.sync()
     policy.eval()
     if replay:

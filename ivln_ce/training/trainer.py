@@ -270,8 +270,11 @@ def collection_record(cfg: DictConfig, round_: int, stats, tours: int, world: in
     from ivln_ce.rollout.engine import RolloutEngine
 
     k = min(int(cfg.train.num_envs), max(1, tours))
+    steady = stats.seconds - stats.start_s
     return {"round": int(round_), "episodes": int(stats.episodes), "steps": int(stats.steps), "wall_s": round(float(stats.seconds), 3),
             "steps_per_s": round(stats.steps / stats.seconds, 2) if stats.seconds > 0 else None,
+            "env_steps": int(stats.env_steps), "start_s": round(float(stats.start_s), 3),
+            "env_steps_per_s": round(stats.env_steps / steady, 2) if steady > 0 else None,
             "device": device_description(str(cfg.train.device)), "ranks": int(world), "environments": k,
             "processes": len(RolloutEngine.layout(k, int(cfg.train.envs_per_worker))), "groups": int(cfg.train.groups)}
 
@@ -582,8 +585,9 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             if rank == 0:
                 record = collection_record(cfg, k, stats, len(mine), world)
                 state.collections.append(record)
-                print(f"ivln-ce train: round {k} collected {record['episodes']} episodes ({record['steps']} steps) in "
-                      f"{record['wall_s']:.1f} s, {record['steps_per_s'] or 0:.0f} steps/s on {record['device']} "
+                print(f"ivln-ce train: round {k} collected {record['episodes']} episodes ({record['steps']} stored steps, "
+                      f"{record['env_steps']} environment steps) in {record['wall_s']:.1f} s ({record['start_s']:.1f} s starting "
+                      f"workers; then {record['env_steps_per_s'] or 0:.0f} environment steps/s) on {record['device']} "
                       f"({record['environments']} environments in {record['processes']} process(es), {record['groups']} group(s))",
                       file=sys.stderr)
                 save_resume(out, fingerprint, state, policy, opt, writer)

@@ -402,6 +402,8 @@ def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_
         assert (c["round"], c["episodes"], c["ranks"], c["environments"], c["processes"], c["groups"]) == (0, 2, 1, 1, 1, 1)
         assert c["steps"] == summary["steps_collected"] > 0 and c["wall_s"] > 0 and c["device"].startswith("cpu: ")
         assert c["steps_per_s"] == pytest.approx(c["steps"] / c["wall_s"], rel=1e-2)
+        assert c["env_steps"] >= c["steps"] and 0 < c["start_s"] < c["wall_s"]  # stored steps are environment steps; workers start first
+        assert c["env_steps_per_s"] == pytest.approx(c["env_steps"] / (c["wall_s"] - c["start_s"]), rel=1e-2)
     # starting a finished run again trains nothing and keeps its total
     again = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
     assert again["optimizer_steps"] == 3 and again["seconds_total"] >= resumed["seconds_total"]
