@@ -41,8 +41,8 @@ class RolloutRule:
             raise ValueError(f"rollout steps: expected an integer in [0, {MAX_STEPS}], got {self.steps!r}")
         if self.policy not in ROLLOUT_POLICIES:
             raise ValueError(f"rollout policy: expected one of {ROLLOUT_POLICIES}, got {self.policy!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"rollout seed: expected an integer >= 0, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"rollout seed: expected an integer >= 0 and < 2^63, got {self.seed!r}")
 
     @property
     def enabled(self) -> bool:

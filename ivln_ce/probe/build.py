@@ -26,6 +26,7 @@ from ivln_ce.data.vocab import Vocabulary
 from ivln_ce.env.tour_env import contained_scene_path
 from ivln_ce.fingerprint import code_digest, digest, scene_digests
 from ivln_ce.probe.compose import Composer, PointContext, Probe, ProbeSkip
+from ivln_ce.probe.folders import hold_output
 from ivln_ce.probe.free_space import FreeSpaceRule, arrival_heading, free_sectors
 from ivln_ce.probe.objects import Camera, ObjectRule
 from ivln_ce.probe.rooms import RoomRule
@@ -35,7 +36,6 @@ from ivln_ce.probe.targets import PointTargets
 from ivln_ce.probe.statistics import Tally, statistics
 from ivln_ce.probe.store import ProbeStore
 from ivln_ce.probe.truncate import truncations
-from ivln_ce.run_folder import hold
 from ivln_ce.sim import make_simulator
 from ivln_ce.sim.base import Simulator
 
@@ -239,7 +239,7 @@ def build_probes(req: BuildRequest) -> BuildReport:
     scenes = scene_digests(scenes_dir, ((e.scan, e.scene_id) for e in ds))
     store = ProbeStore(req.out, req.split)
     report = BuildReport(Path(req.out), {}, {})
-    with hold(req.out, "probe build"):
+    with hold_output(req.out, "probe build"):
         store.open({"episodes_file": episodes_file, "skills": list(req.skills), "settings": settings})
         by_source: dict[str, tuple[list[dict], list[Episode], dict]] = {}
         sims = _Scenes(req.overrides, scenes_dir, req)

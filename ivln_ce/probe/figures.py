@@ -26,10 +26,14 @@ import numpy as np
 from ivln_ce.data.jsonio import atomic_write_bytes, write_json
 from ivln_ce.probe import figure_data as fd
 from ivln_ce.probe.folders import read_small_json
+from ivln_ce.probe.grounding import probe_actions
 from ivln_ce.probe.probe_set import ProbeSetError, read_build_manifest, read_probe_meta
-from ivln_ce.probe.results import read_results
+from ivln_ce.probe.record_check import MAX_POINT
+from ivln_ce.probe.results import check_resamples, read_results
+from ivln_ce.safe_paths import inside
 from ivln_ce.probe.run_store import MANIFEST as RUN_MANIFEST
 from ivln_ce.probe.skills import CONDITIONS, DIRECTION, OBJECT, ROOM, SECTOR_BY_NAME, SECTOR_NAMES, STOP
+from ivln_ce.sim.base import ACTIONS
 
 FORMAT = "ivln_ce.probe_figures/1"
 INDEX = "figures.json"
@@ -83,10 +87,6 @@ def read_runs(runs: Sequence[Path], notes: list[str]) -> list[fd.RunRecords]:
     out: list[fd.RunRecords] = []
     for run in runs:
         agent, records = read_results(run)
-        for i, r in enumerate(records):  # j places a record on the length axis
-            if isinstance(r.get("point"), bool) or not isinstance(r.get("point"), int) or r["point"] < 0:
-                raise ValueError(f"{Path(run) / 'probe_results.json'}: records[{i}]: field 'point' must be an integer >= 0, "
-                                 f"got {r.get('point')!r}")
         if any(r.agent == agent for r in out):
             agent = f"{agent} ({run})"
         out.append(fd.RunRecords(agent, records, _turn_angle(Path(run), notes)))
@@ -110,6 +110,10 @@ def read_metas(build: Path, runs: Sequence[fd.RunRecords], skills: Sequence[str]
                 if m.get(key) != r.get(key):
                     raise ProbeSetError(f"{build}/probes/{pid}/probe.json: field {key!r} is {m.get(key)!r}, but the run "
                                         f"of {run.agent} recorded {r.get(key)!r}: not the build the run was made from")
+            acts = [ACTIONS[a] for a in probe_actions(m)]
+            if sorted(r["correct_actions"]) != sorted(acts):
+                raise ProbeSetError(f"{build}/probes/{pid}/probe.json: its grounding actions are {acts}, but the run of "
+                                    f"{run.agent} recorded {r['correct_actions']}: not the build the run was made from")
             target = m.get("target_object" if r["skill"] == OBJECT else "target_room") or {}
             key = "relative_deg" if r["skill"] == OBJECT else "hops"
             v = target.get(key)
@@ -135,7 +139,7 @@ def _csv(rows: list[dict]) -> bytes:
 def _save(fig, out: Path, name: str, title: str, rows: list[dict], caption: str) -> FigureFile:
     import matplotlib.pyplot as plt
 
-    paths = {ext: out / f"{name}.{ext}" for ext in ("png", "svg", "csv")}
+    paths = {ext: inside(out, f"{name}.{ext}") for ext in ("png", "svg", "csv")}
     for ext in ("png", "svg"):
         buf = io.BytesIO()
         fig.savefig(buf, format=ext, dpi=110, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
@@ -429,12 +433,15 @@ def make_figures(runs: Sequence[Path], out: Path, probes: Path | None = None, bi
     import matplotlib
 
     matplotlib.use("Agg")
+    if isinstance(bin_width, bool) or not isinstance(bin_width, int) or not 1 <= bin_width <= MAX_POINT:
+        raise ValueError(f"--length-bin: expected an integer in [1, {MAX_POINT}] (steps of tau per bin), got {bin_width!r}")
+    check_resamples(resamples)
     notes: list[str] = []
     data = read_runs(runs, notes)
+    metas = read_metas(Path(probes), data, (OBJECT, ROOM)) if probes is not None else None  # every input before any output
     out = _out_folder(Path(out))
     rep = FigureReport(out, [r.agent for r in data], notes=notes)
     present = {r["skill"] for run in data for r in run.records}
-    metas = read_metas(Path(probes), data, (OBJECT, ROOM)) if probes is not None else None
 
     def missing(skill: str) -> bool:
         if skill not in present:
@@ -476,7 +483,7 @@ def make_figures(runs: Sequence[Path], out: Path, probes: Path | None = None, bi
         if metas is None:
             rep.notes.append("room figure per variant: give --probes (the build folder) for hop counts")
     _rollout_figures(data, out, rep, metas)
-    write_json(out / INDEX, {"format": FORMAT, "runs": [str(r) for r in runs], "agents": rep.agents,
+    write_json(inside(out, INDEX), {"format": FORMAT, "runs": [str(r) for r in runs], "agents": rep.agents,
                              "probes": str(probes) if probes is not None else None,
                              "figures": [{"name": f.name, "title": f.title, "png": f.png.name, "svg": f.svg.name,
                                           "csv": f.csv.name, "caption": f.caption} for f in rep.figures],

@@ -80,7 +80,7 @@ def run_settings(run: Path) -> RunSettings:
         raise FrameError(f"{path}: missing, unreadable or not a `probe run` manifest (format {RUN_FORMAT!r})")
     if manifest.get("complete") is not True:
         raise FrameError(f"{path}: field 'complete' is not true: the run did not finish; rerun `ivln-ce probe run` to finish it")
-    results = read_small_json(Path(run) / RESULTS)
+    results = read_small_json(Path(run) / RESULTS, limit=256 << 20)
     if not isinstance(results, dict) or results.get("fingerprint") != manifest.get("fingerprint"):
         raise FrameError(f"{path}: field 'fingerprint' differs from {Path(run) / RESULTS}'s: the manifest is not "
                          "the one of these results")

@@ -5,7 +5,9 @@ must carry the build's format and ``complete``; each ``probes/{id}/`` must be a 
 (no link) whose ``probe.json`` names that same id and whose episodes are exactly the
 conditions it lists. Anything else is an error naming the file and the field, so a run never
 scores a half-built or foreign folder. Nothing read here becomes a path except through
-``contained_scene_path`` (the scene ids, checked by the caller).
+``contained_scene_path`` (the scene ids, checked by the caller). Nothing below the folder is
+followed through a link (``probes/``, ``episodes/``, a probe's folder or files), and every read is
+bounded: the number of probe folders (``MAX_PROBES``), each file's size before it is parsed.
 """
 
 from __future__ import annotations
@@ -14,13 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ivln_ce.data.episodes import Episode, EpisodeFormatError, load_episodes
-from ivln_ce.data.jsonio import DataFormatError, read_json
-from ivln_ce.fingerprint import digest, file_digest
+import math
+import os
+
+from ivln_ce.data.episodes import Episode, EpisodeFormatError, parse_episodes
+from ivln_ce.data.jsonio import DataFormatError, describe, short_repr
+from ivln_ce.fingerprint import digest
+from ivln_ce.probe.folders import MAX_PROBE_EPISODES_BYTES, MAX_RECORD_BYTES, read_json_file
 from ivln_ce.probe.grounding import TARGET_FIELD, probe_actions
-from ivln_ce.probe.skills import CONDITIONS, DIRECTION, INTERVENED, SECTOR_NAMES, SKILLS, VARIANTS
-from ivln_ce.probe.folders import MAX_RECORD_BYTES
-from ivln_ce.probe.store import FORMAT, MANIFEST, PROBE_EPISODES, PROBE_FILE, PROBES
+from ivln_ce.probe.record_check import MAX_POINT, SAFE_ID
+from ivln_ce.probe.skills import CONDITIONS, DIRECTION, INTERVENED, ROOM, SECTOR_NAMES, SKILLS, VARIANTS
+from ivln_ce.probe.store import EPISODES, FORMAT, MANIFEST, PROBE_EPISODES, PROBE_FILE, PROBES
+from ivln_ce.safe_paths import UnsafePath, inside
+
+#: the most probe folders a build folder may hold (a split of R2R gives tens of thousands)
+MAX_PROBES = 1_000_000
+#: room probes: the most hops to the target room type
+MAX_HOPS = 100
 
 
 class ProbeSetError(ValueError):
@@ -75,25 +87,27 @@ class ProbeSet:
         return digest(sorted((p.probe_id, p.fingerprint) for p in self.probes))
 
 
-def _meta(path: Path, probe_id: str) -> dict[str, Any]:
-    if path.is_symlink() or not path.is_file():
-        raise ProbeSetError(f"{path}: missing (or a link); the probe folder {path.parent.name!r} is incomplete")
-    if path.stat().st_size > MAX_RECORD_BYTES:
-        raise ProbeSetError(f"{path}: larger than {MAX_RECORD_BYTES} bytes; not a probe.json of `probe build`")
+def _read(path: Path, limit: int) -> Any:
     try:
-        meta = read_json(path)
-    except DataFormatError as exc:
+        return read_json_file(path, limit)
+    except FileNotFoundError:
+        raise ProbeSetError(f"{path}: missing; the probe folder {path.parent.name!r} is incomplete") from None
+    except (UnsafePath, DataFormatError) as exc:
         raise ProbeSetError(str(exc)) from None
+
+
+def _meta(path: Path, probe_id: str) -> dict[str, Any]:
+    meta = _read(path, MAX_RECORD_BYTES)
     if not isinstance(meta, dict):
-        raise ProbeSetError(f"{path}: expected an object, got {type(meta).__name__}")
+        raise ProbeSetError(f"{path}: expected an object, got {describe(meta)}")
     if meta.get("probe_id") != probe_id:
-        raise ProbeSetError(f"{path}: field 'probe_id' is {meta.get('probe_id')!r}, but the folder is {probe_id!r}")
+        raise ProbeSetError(f"{path}: field 'probe_id' is {short_repr(meta.get('probe_id'))}, but the folder is {probe_id!r}")
     skill = meta.get("skill")
     if skill not in SKILLS:
-        raise ProbeSetError(f"{path}: field 'skill' is {skill!r}; expected one of {SKILLS}")
+        raise ProbeSetError(f"{path}: field 'skill' is {describe(skill)}; expected one of {SKILLS}")
     conds = meta.get("conditions")
     if not isinstance(conds, dict) or list(conds) != list(CONDITIONS[skill]):
-        raise ProbeSetError(f"{path}: field 'conditions' must map {list(CONDITIONS[skill])} to episode ids, got {conds!r}")
+        raise ProbeSetError(f"{path}: field 'conditions' must map {list(CONDITIONS[skill])} to episode ids, got {describe(conds)}")
     if meta.get("intervened_condition") != INTERVENED[skill]:
         raise ProbeSetError(f"{path}: field 'intervened_condition' must be {INTERVENED[skill]!r}")
     if skill == DIRECTION and meta.get("target_sector") not in SECTOR_NAMES:
@@ -112,9 +126,24 @@ def _meta(path: Path, probe_id: str) -> dict[str, Any]:
         probe_actions(meta)
     except (ValueError, TypeError) as exc:
         raise ProbeSetError(f"{path}: no grounding actions: {exc}") from None
-    for key, kind in (("scene_id", str), ("source_episode", str), ("point", int), ("fingerprint", str)):
-        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
-            raise ProbeSetError(f"{path}: field {key!r} must be a {kind.__name__}, got {meta.get(key)!r}")
+    for key in ("scene_id", "source_episode", "fingerprint"):
+        v = meta.get(key)
+        if not isinstance(v, str) or not 0 < len(v) <= 1000 or "\x00" in v:
+            raise ProbeSetError(f"{path}: field {key!r} must be a non-empty string of at most 1000 characters, got {describe(v)}")
+    point = meta.get("point")
+    if isinstance(point, bool) or not isinstance(point, int) or not 1 <= point <= MAX_POINT:
+        raise ProbeSetError(f"{path}: field 'point' must be an integer in [1, {MAX_POINT}], got {describe(point)}")
+    heading = meta.get("heading")
+    if heading is not None and (isinstance(heading, bool) or not isinstance(heading, (int, float)) or not math.isfinite(heading)
+                                or abs(heading) > 1e4):
+        raise ProbeSetError(f"{path}: field 'heading' must be a finite number of radians or null, got {describe(heading)}")
+    if skill == ROOM:
+        hops = meta["target_room"].get("hops")
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= MAX_HOPS:
+            raise ProbeSetError(f"{path}: field 'target_room.hops' must be an integer in [1, {MAX_HOPS}], got {describe(hops)}")
+    text = meta.get("intervention_text")
+    if text is not None and (not isinstance(text, str) or len(text) > 10_000):
+        raise ProbeSetError(f"{path}: field 'intervention_text' must be a string, got {describe(text)}")
     free = meta.get("free_sectors")
     if free is not None and not (isinstance(free, list) and set(free) <= set(SECTOR_NAMES)):
         raise ProbeSetError(f"{path}: field 'free_sectors' must list sector names, got {free!r}")
@@ -122,14 +151,17 @@ def _meta(path: Path, probe_id: str) -> dict[str, Any]:
 
 
 def read_probe(folder: Path, probe_id: str) -> ProbeCase:
-    meta = _meta(folder / PROBE_FILE, probe_id)
-    ep_file = folder / PROBE_EPISODES
-    if ep_file.is_symlink():
-        raise ProbeSetError(f"{ep_file}: a link; probe files are read only from inside the folder")
+    """One probe of a build: ``folder`` is its checked folder (``probe_folder``)."""
     try:
-        eps = load_episodes(ep_file).episodes
-    except (OSError, EpisodeFormatError, DataFormatError) as exc:
-        raise ProbeSetError(f"{ep_file}: {exc}") from None
+        meta_file, ep_file = inside(folder, PROBE_FILE), inside(folder, PROBE_EPISODES)
+    except UnsafePath as exc:
+        raise ProbeSetError(str(exc)) from None
+    meta = _meta(meta_file, probe_id)
+    raw = _read(ep_file, MAX_PROBE_EPISODES_BYTES)
+    try:
+        eps = parse_episodes(raw, str(ep_file)).episodes
+    except (EpisodeFormatError, DataFormatError) as exc:
+        raise ProbeSetError(str(exc)) from None
     by_id = {e.episode_id: e for e in eps}
     conds = meta["conditions"]
     if sorted(by_id) != sorted(conds.values()) or len(eps) != len(conds):
@@ -141,31 +173,49 @@ def read_probe(folder: Path, probe_id: str) -> ProbeCase:
         if e.reference_path != episodes[CONDITIONS[meta["skill"]][0]].reference_path:
             raise ProbeSetError(f"{ep_file}: the conditions' reference paths differ (condition {c!r}); a probe's episodes "
                                 "differ only in their instruction")
-    return ProbeCase(probe_id, meta["skill"], meta, episodes, digest([meta["fingerprint"], file_digest(ep_file)]))
+    # the build's fingerprint of the probe's inputs, and what the folder holds now: every field of
+    # probe.json (an edited target changes the grounding actions) and the episodes
+    return ProbeCase(probe_id, meta["skill"], meta, episodes, digest([meta["fingerprint"], digest(meta), digest(raw)]))
 
 
 def read_build_manifest(root: Path, option: str = "--probes") -> dict[str, Any]:
     """The ``probe_build.json`` of a finished build folder, else ProbeSetError saying what is wrong."""
+    root = Path(root)
     manifest = root / MANIFEST
     if not root.is_dir():
         raise ProbeSetError(f"{root}: not a folder; give {option} the --out folder of `ivln-ce probe build`")
     try:
-        marker = read_json(manifest) if manifest.is_file() and not manifest.is_symlink() else None
-    except DataFormatError as exc:
-        raise ProbeSetError(str(exc)) from None
+        marker = read_json_file(manifest, MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        marker = None
+    except (UnsafePath, DataFormatError) as exc:
+        raise ProbeSetError(f"{option}: {exc}") from None
     if not isinstance(marker, dict) or marker.get("format") != FORMAT:
         raise ProbeSetError(f"{root}: no {MANIFEST} of `ivln-ce probe build` (format {FORMAT}); give {option} a probe build folder")
     if marker.get("complete") is not True:
         raise ProbeSetError(f"{manifest}: field 'complete' is not true: the build was interrupted; run the same "
                             "`ivln-ce probe build` again to finish it")
+    skills = marker.get("skills")
+    if (not isinstance(skills, list) or not skills or not all(isinstance(s, str) and s in SKILLS for s in skills)
+            or len(set(skills)) != len(skills)):
+        raise ProbeSetError(f"{manifest}: field 'skills' must list distinct skills of {list(SKILLS)}, got {describe(skills)}")
+    split = marker.get("split")
+    if not isinstance(split, str) or not 0 < len(split) <= 200:
+        raise ProbeSetError(f"{manifest}: field 'split' must be a split name, got {describe(split)}")
     return marker
 
 
 def probe_folder(root: Path, probe_id: str) -> Path:
     """``root/probes/{probe_id}``: a real folder (no link) of a plain probe id, else ProbeSetError."""
-    d = root / PROBES / probe_id
-    if "/" in probe_id or "\\" in probe_id or probe_id in ("", ".", "..") or d.is_symlink() or not d.is_dir():
-        raise ProbeSetError(f"{d}: not a probe folder of the build (missing, a file or a link)")
+    d = Path(root) / PROBES / str(probe_id)
+    if not isinstance(probe_id, str) or not SAFE_ID.fullmatch(probe_id):
+        raise ProbeSetError(f"{d}: {describe(probe_id)} is not a probe id")
+    try:
+        d = inside(root, PROBES, probe_id)
+    except UnsafePath as exc:
+        raise ProbeSetError(str(exc)) from None
+    if not d.is_dir():
+        raise ProbeSetError(f"{d}: not a probe folder of the build (missing or a file)")
     return d
 
 
@@ -183,6 +233,21 @@ def spread(names: list[str], limit: int) -> list[str]:
     return [names[(i * len(names)) // limit] for i in range(limit)]
 
 
+def _probe_names(probes_dir: Path) -> list[str]:
+    """The sorted entries of ``probes/`` (at most ``MAX_PROBES``), each a plain probe id."""
+    if not probes_dir.is_dir():
+        return []
+    names: list[str] = []
+    with os.scandir(probes_dir) as it:
+        for entry in it:
+            if len(names) >= MAX_PROBES:
+                raise ProbeSetError(f"{probes_dir}: more than {MAX_PROBES:,} entries (MAX_PROBES); not a probe build")
+            if not SAFE_ID.fullmatch(entry.name):
+                raise ProbeSetError(f"{probes_dir}: entry {entry.name!r} is not a probe id; not a folder of `probe build`")
+            names.append(entry.name)
+    return sorted(names)
+
+
 def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, limit: int = 0) -> ProbeSet:
     """The probes of a finished build (``skills`` only, None: every skill the build has; ``limit``
     > 0: ``limit`` probe ids of each skill spread evenly over their sorted order, for quick looks)."""
@@ -195,8 +260,11 @@ def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, li
     missing = [s for s in skills if s not in built]
     if missing:
         raise ProbeSetError(f"{manifest}: the build has skills {built}, not {missing}; choose from those (--skills)")
-    probes_dir = root / PROBES
-    names = sorted(d.name for d in probes_dir.iterdir()) if probes_dir.is_dir() else []
+    try:
+        probes_dir = inside(root, PROBES)
+    except UnsafePath as exc:
+        raise ProbeSetError(str(exc)) from None
+    names = _probe_names(probes_dir)
     by_skill: dict[str, list[str]] = {s: [] for s in skills}
     for name in names:
         skill = name.split("-", 1)[0]
@@ -205,14 +273,15 @@ def read_probe_set(folder: str | Path, skills: tuple[str, ...] | None = None, li
     chosen = sorted(n for s in skills for n in spread(by_skill[s], limit))
     probes = []
     for name in chosen:
-        d = probes_dir / name
-        if d.is_symlink() or not d.is_dir():
-            raise ProbeSetError(f"{d}: not a probe folder (a file or a link)")
-        case = read_probe(d, name)
-        if case.skill not in skills:
-            raise ProbeSetError(f"{d / PROBE_FILE}: field 'skill' is {case.skill!r}, but the folder name says {name.split('-', 1)[0]!r}")
+        case = read_probe(probe_folder(root, name), name)
+        if case.skill != name.split("-", 1)[0]:
+            raise ProbeSetError(f"{root / PROBES / name / PROBE_FILE}: field 'skill' is {case.skill!r}, but the folder name "
+                                f"says {name.split('-', 1)[0]!r}")
         probes.append(case)
     if not probes:
         raise ProbeSetError(f"{probes_dir}: no probes of {list(skills)}")
-    vocab_file = root / "episodes" / f"{probes[0].skill}.json.gz"
+    try:
+        vocab_file = inside(root, EPISODES, f"{probes[0].skill}.json.gz")
+    except UnsafePath as exc:
+        raise ProbeSetError(str(exc)) from None
     return ProbeSet(root, str(marker.get("split")), probes, vocab_file, tuple(skills))

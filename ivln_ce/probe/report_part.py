@@ -56,12 +56,18 @@ ROLLOUT_SHOWN = ("steps", "stopped", "heading_change_deg", "displacement_m", "fi
 
 
 def rollout_summary(rollout: Any) -> dict[str, Any] | None:
-    """What the report shows of one condition's rollout: its actions by name and the outcome fields."""
+    """What the report shows of one condition's rollout (checked by ``record_check.check_rollout``
+    when the results were read): its actions by name and the outcome fields."""
     if not isinstance(rollout, dict):
         return None
     out = {k: rollout[k] for k in ROLLOUT_SHOWN if k in rollout}
-    out["actions"] = [ACTIONS[int(a)] for a in rollout.get("actions", []) if 0 <= int(a) < len(ACTIONS)]
+    out["actions"] = [ACTIONS[a] for a in rollout.get("actions", [])
+                      if isinstance(a, int) and not isinstance(a, bool) and 0 <= a < len(ACTIONS)]
     return out
+
+
+#: example probes per skill the page may show
+MAX_EXAMPLES_PER_SKILL = 1000
 
 
 def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_skill: int = EXAMPLES_PER_SKILL,
@@ -70,6 +76,8 @@ def report_part(run: Path, figures_dir: Path, probes: Path | None = None, per_sk
     ``frames_data``: a data root holding the run's scenes, to render each example's frames at p_j."""
     if frames_data is not None and probes is None:
         raise ProbeSetError("frames at p_j need the `probe build` folder of the run (--probe-build) beside the data folder")
+    if isinstance(per_skill, bool) or not isinstance(per_skill, int) or not 0 <= per_skill <= MAX_EXAMPLES_PER_SKILL:
+        raise ValueError(f"--probe-examples: expected an integer in [0, {MAX_EXAMPLES_PER_SKILL}], got {per_skill!r}")
     agent, records = read_results(run)
     figs = make_figures([run], figures_dir, probes, resamples=resamples)
     notes = list(figs.notes)

@@ -39,8 +39,10 @@ from ivln_ce.fingerprint import code_digest, data_files, digest, fingerprint_con
 from ivln_ce.probe.agent_rollout import RolloutRule
 from ivln_ce.probe.analysis import RESAMPLES, Analysis
 from ivln_ce.probe.driver import ProbeDriver, Reading, Scorer
+from ivln_ce.probe.folders import hold_output
 from ivln_ce.probe.grounding import correct_mass, probe_actions
 from ivln_ce.probe.probe_set import ProbeCase, ProbeSet, read_probe_set
+from ivln_ce.probe.record_check import RecordError, check_probe_records, check_record, checksum, text
 from ivln_ce.probe.reference_agents import REFERENCE_AGENTS, ReferenceScorer
 from ivln_ce.probe.rollout_measures import measure_rollout
 from ivln_ce.probe.rollout_stats import analyse_with_rollouts
@@ -51,7 +53,6 @@ from ivln_ce.probe.tables import csv_text, latex, markdown
 from ivln_ce.probe.teacher import TeacherError, TeacherPlan, TeacherRule, heading_error_deg, plan_teacher
 from ivln_ce.rollout.cpus import usable_cpus
 from ivln_ce.rollout.engine import RolloutEngine
-from ivln_ce.run_folder import hold
 from ivln_ce.sim import make_simulator
 from ivln_ce.sim.base import ACTIONS
 from ivln_ce.progress import bar as progress_bar
@@ -83,6 +84,11 @@ class RunReport:
     probes: int
     reused: int = 0
     computed: int = 0
+    #: why record files of the selected probes were not reused (reason -> how many): recomputed
+    discarded: dict[str, int] = field(default_factory=dict)
+    #: reused record files written by a run asked for another selection (--skills, --limit, probe set)
+    reused_other_selection: int = 0
+    notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # probe id -> reason
     removed: int = 0
     files: dict[str, Path] = field(default_factory=dict)
@@ -117,6 +123,10 @@ def load_run_config(req: RunRequest):
 
         if not torch.cuda.is_available():
             raise ConfigError(f"eval.device={cfg.eval.device} but torch sees no CUDA device; use eval.device=cpu")
+        index = cfg.eval.device.partition(":")[2]
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(f"eval.device={cfg.eval.device}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                              f"numbered from 0")
     return cfg, _load(req, "simulator.sensors=[]").simulator
 
 
@@ -231,8 +241,9 @@ class _Collector:
     """Readings -> per-probe record files, written as soon as a probe's conditions are all read."""
 
     def __init__(self, store: RunStore, by_episode: dict[str, tuple[ProbeCase, str]], fps: dict[str, str], bar,
-                 rooms: RoomDistances | None = None):
+                 rooms: RoomDistances | None = None, made_by: dict[str, Any] | None = None):
         self.store, self.by_episode, self.fps, self.bar, self.rooms = store, by_episode, fps, bar, rooms
+        self.made_by = made_by or {}
         self.pending: dict[str, dict[str, dict]] = defaultdict(dict)
         self.written: dict[str, dict] = {}
 
@@ -246,8 +257,58 @@ class _Collector:
         self.bar.update(1)
         if len(got) == len(probe.episodes):
             records = [got[c] for c in probe.episodes]
-            self.written[probe.probe_id] = self.store.write(probe.probe_id, self.fps[probe.probe_id], records)
+            self.written[probe.probe_id] = self.store.write(probe.probe_id, self.fps[probe.probe_id], self.made_by, records)
             del self.pending[probe.probe_id]
+
+
+def resumed(rec: dict[str, Any], probe: ProbeCase, where: str, rollout: RolloutRule) -> None:
+    """RecordError unless a record file's content is what this run would write for ``probe``:
+    every record passes the schema, its conditions are the probe's in order, and its probe
+    fields (scene, source, point, sector, variant, grounding actions) are the probe's own."""
+    if "skipped" in rec:
+        if "records" in rec:
+            raise RecordError(f"{where}: holds both records and a reason for skipping")
+        text(rec["skipped"], where, "skipped", 4000)
+        return
+    records = rec["records"]
+    for i, r in enumerate(records):
+        check_record(r, f"{where}: records[{i}]")
+    check_probe_records(records, where)
+    if [r["condition"] for r in records] != list(probe.episodes):
+        raise RecordError(f"{where}: records the conditions {[r['condition'] for r in records]}, the probe has {list(probe.episodes)}")
+    expect = {"probe_id": probe.probe_id, "skill": probe.skill, "scene_id": probe.scene_id,
+              "source_episode": probe.source_episode, "point": int(probe.meta["point"]), "target_sector": probe.sector,
+              "variant": probe.variant, "correct_actions": [ACTIONS[a] for a in probe_actions(probe.meta)]}
+    for i, r in enumerate(records):
+        for key, value in expect.items():
+            if r.get(key) != value:
+                raise RecordError(f"{where}: records[{i}]: field {key!r} is {r.get(key)!r}, the probe's is {value!r}")
+        if ("rollout" in r) != rollout.enabled:
+            raise RecordError(f"{where}: records[{i}]: " + ("no rollout, but this run has one" if rollout.enabled
+                                                            else "a rollout, but this run has none"))
+
+
+def _reuse(store: RunStore, probe_set: ProbeSet, fps: dict[str, str], made_by: dict[str, Any], rollout: RolloutRule,
+           report: "RunReport") -> dict[str, dict]:
+    """The record files of the selected probes that may be reused (see ``run_store.py``); why the
+    others may not is counted in ``report.discarded``."""
+    done: dict[str, dict] = {}
+    for p in probe_set.probes:
+        rec, why = store.read(p.probe_id, fps[p.probe_id])
+        if rec is not None:
+            try:
+                resumed(rec, p, str(store._file(p.probe_id)), rollout)
+            except RecordError as exc:
+                rec, why = None, str(exc)
+        if rec is None:
+            if why is not None:
+                key = why.split(": ", 1)[1] if why.startswith(str(store.out)) and ": " in why else why
+                report.discarded[key[:200]] = report.discarded.get(key[:200], 0) + 1
+            continue
+        done[p.probe_id] = rec
+        if rec["made_by"] != made_by:
+            report.reused_other_selection += 1
+    return done
 
 
 # --------------------------------------------------------------------------- the run
@@ -270,15 +331,13 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
                    "split": probe_set.split, "probe_set": probe_set.fingerprint, "fingerprint": core,
                    "skills": list(probe_set.skills), "limit": req.limit, "teacher": asdict(req.teacher),
                    "rollout": req.rollout.identity(), "config": resolved(cfg)}
-    with hold(req.out, "probe run"):
+    made_by = {"agent": agent, "probe_set": probe_set.fingerprint, "skills": list(probe_set.skills), "limit": req.limit}
+    with hold_output(req.out, "probe run"):
         store.open(description)
-        done: dict[str, dict] = {}
-        for p in probe_set.probes:
-            rec = store.read(p.probe_id, fps[p.probe_id])
-            if rec is not None:
-                done[p.probe_id] = rec
+        done = _reuse(store, probe_set, fps, made_by, req.rollout, report)
         report.reused = len(done)
         todo = [p for p in probe_set.probes if p.probe_id not in done]
+        _explain_reuse(report, req.limit)
         if req.progress:
             print(f"ivln-ce probe run: {req.out}: {len(done)} probe record(s) of the same inputs reused from an earlier run, "
                   f"{len(todo)} to compute", file=sys.stderr)
@@ -287,12 +346,12 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
         for p in todo:
             plan = plans[p.path_key]
             if isinstance(plan, str):
-                done[p.probe_id] = store.write(p.probe_id, fps[p.probe_id], skipped=plan)
+                done[p.probe_id] = store.write(p.probe_id, fps[p.probe_id], made_by, skipped=plan)
             else:
                 runnable.append(p)
         if runnable:
             report.engine = _run_engine(cfg, probe_set, runnable, plans, scenes_dir, store, fps, scorer, req.progress, done,
-                                        req.rollout, plan_sim)
+                                        req.rollout, plan_sim, made_by)
         report.computed = len(todo)
         report.removed = store.remove_stale(set(fps))
         records, skipped = [], {}
@@ -308,6 +367,7 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
                    "actions": list(ACTIONS), "records": records, "skipped": skipped}
         if req.rollout.enabled:  # without a rollout the file is what it was before rollouts existed
             results["rollout"] = req.rollout.identity()
+        results["checksum"] = checksum(results)
         report.files["results"] = store.write_output(RESULTS, results)
         report.analysis = analyse_with_rollouts(records, agent, req.resamples, int(cfg.seed))
         report.files["summary"] = store.write_output(SUMMARY, report.analysis.as_dict())
@@ -318,6 +378,21 @@ def run_probes(req: RunRequest, scorer: Scorer | None = None) -> RunReport:
     return report
 
 
+def _explain_reuse(report: "RunReport", limit: int) -> None:
+    """Notes saying which earlier records were reused and which were recomputed, and why."""
+    if report.reused_other_selection:
+        report.notes.append(
+            f"{report.reused_other_selection} of the {report.reused} reused probe record(s) were written by a run asked for "
+            f"another selection (--skills, --limit or probe set; this run: --limit {limit}); they are reused because a "
+            "reading depends only on its probe and on the agent, config, teacher and rollout rules and code, which their "
+            "fingerprints match")
+    reasons = sorted(report.discarded.items(), key=lambda kv: (-kv[1], kv[0]))
+    for why, n in reasons[:5]:
+        report.notes.append(f"{n} earlier probe record(s) recomputed: {why}")
+    if len(reasons) > 5:
+        report.notes.append(f"{sum(n for _, n in reasons[5:])} more earlier probe record(s) recomputed for other reasons")
+
+
 def write_tables(store: RunStore, analyses: Sequence[Analysis]) -> dict[str, Path]:
     return {"md": store.write_text(f"{TABLES}.md", markdown(analyses)),
             "csv": store.write_text(f"{TABLES}.csv", csv_text(analyses)),
@@ -326,7 +401,8 @@ def write_tables(store: RunStore, analyses: Sequence[Analysis]) -> dict[str, Pat
 
 def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes_dir: Path, store: RunStore,
                 fps: dict[str, str], scorer: Scorer | None, progress: bool, done: dict[str, dict],
-                rollout: RolloutRule = RolloutRule(steps=0), plan_sim=None) -> dict[str, Any]:
+                rollout: RolloutRule = RolloutRule(steps=0), plan_sim=None, made_by: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     by_episode: dict[str, tuple[ProbeCase, str]] = {}
     items: list[TourItem] = []
     episode_plans: dict[str, TeacherPlan] = {}
@@ -342,9 +418,9 @@ def _run_engine(cfg, probe_set: ProbeSet, probes: list[ProbeCase], plans, scenes
     rooms = None
     if rollout.enabled and any(p.skill == ROOM for p in probes):
         rooms = RoomDistances(plan_sim if plan_sim is not None else cfg.simulator, scenes_dir)
-    collect = _Collector(store, by_episode, fps, bar, rooms)
+    collect = _Collector(store, by_episode, fps, bar, rooms, made_by or {})
     driver = ProbeDriver(scorer, episode_plans, collect, rollout, {e: pc.probe_id for e, (pc, _) in by_episode.items()})
-    engine = RolloutEngine(items, cfg.simulator, cfg.env, None, scenes_dir, num_envs=num_envs,
+    engine = RolloutEngine(items, cfg.simulator, cfg.env, None, scenes_dir, num_envs=num_envs, envs_per_worker=int(cfg.eval.envs_per_worker),
                            success_distance=cfg.metrics.success_distance, obs_keys=scorer.image_keys, seed=int(cfg.seed))
     try:
         with engine:
@@ -378,6 +454,7 @@ def format_report(report: RunReport) -> str:
              + (f", {report.removed} stale records removed" if report.removed else "") + f" -> {report.out}"]
     for pid, why in list(report.skipped.items())[:5]:
         lines.append(f"  skipped {pid}: {why}")
+    lines += [f"note: {n}" for n in report.notes]
     if a is not None:
         lines.append(f"{'skill':<22} {'probes':>6} {'Score x100':>11}   95 % interval")
         for r in a.scores:

@@ -12,6 +12,7 @@ from pathlib import Path
 from ivln_ce.data.episodes import Episode, EpisodeDataset, Goal
 from ivln_ce.data.jsonio import write_json
 from ivln_ce.probe.grounding import correct_mass, probe_actions
+from ivln_ce.probe.record_check import checksum
 from ivln_ce.probe.skills import CONDITIONS, INTERVENED
 from ivln_ce.probe.store import FORMAT as BUILD_FORMAT
 from ivln_ce.probe.run_store import FORMAT as RUN_FORMAT, RESULTS_FORMAT
@@ -84,9 +85,16 @@ def write_run(out: Path, agent: str = "handmade", skills=("stop", "direction", "
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "probe_run.json", {"format": RUN_FORMAT, "agent": agent, "complete": True,
                                         "config": {"simulator": {"turn_angle": turn_angle}}})
-    write_json(out / "probe_results.json", {"format": RESULTS_FORMAT, "agent": agent, "eval_agent": "uniform",
-                                            "actions": list(ACTIONS), "records": records(skills), "skipped": {}})
+    write_results(out, {"format": RESULTS_FORMAT, "agent": agent, "eval_agent": "uniform", "actions": list(ACTIONS),
+                        "records": records(skills), "skipped": {}})
     return out
+
+
+def write_results(run: Path, doc: dict) -> Path:
+    """``probe_results.json`` of ``doc`` with the checksum of its content, as ``probe run`` writes it."""
+    doc = {k: v for k, v in doc.items() if k != "checksum"}
+    write_json(run / "probe_results.json", {**doc, "checksum": checksum(doc)})
+    return run / "probe_results.json"
 
 
 def write_build(out: Path) -> Path:

@@ -226,12 +226,11 @@ def test_rollout_effects_are_matched_per_probe():
 
 def test_rollout_figures_hold_the_hand_computed_numbers(tmp_path):
     pytest.importorskip("matplotlib")
-    from ivln_ce.data.jsonio import write_json
     from ivln_ce.probe.figures import make_figures
 
     run = handmade.write_run(tmp_path / "run")
     results = json.loads((run / "probe_results.json").read_text())
-    write_json(run / "probe_results.json", {**results, "records": _hand_records()})
+    handmade.write_results(run, {**results, "records": _hand_records()})
     rep = make_figures([run], tmp_path / "out", resamples=100)
     names = [f.name for f in rep.figures]
     assert names[-4:] == ["direction_rollout_polar", "object_rollout_error", "room_delta_d", "room_end_by_hops"]

@@ -13,7 +13,7 @@ from ivln_ce.cli import main  # noqa: E402
 from ivln_ce.probe.report_part import report_part, split_instruction  # noqa: E402
 from ivln_ce.viz.report import build_report  # noqa: E402
 
-from tests.probe.handmade import PREFIX, PROBES, write_build, write_run  # noqa: E402
+from tests.probe.handmade import PREFIX, PROBES, write_build, write_results, write_run  # noqa: E402
 from tests.viz.test_report import local_links_resolve, parse  # noqa: E402
 
 
@@ -117,7 +117,6 @@ def test_probe_page_in_a_browser(probe_report, tmp_path):
 
 
 def test_rollouts_show_per_condition_in_the_examples(tmp_path):
-    from ivln_ce.data.jsonio import write_json
     from tests.probe.test_rollout import _hand_records
 
     run = write_run(tmp_path / "run")
@@ -126,7 +125,7 @@ def test_rollouts_show_per_condition_in_the_examples(tmp_path):
     for r in records:  # actions the agent took after p_j (by index): turn left twice and stop
         if "rollout" in r:
             r["rollout"]["actions"] = [2, 2]
-    write_json(run / "probe_results.json", {**results, "records": records})
+    write_results(run, {**results, "records": records})
     rep = build_report(None, tmp_path / "report", progress=False, workers=1,
                        probes=lambda folder: report_part(run, folder, None, resamples=100))
     data = parse(rep.out / "probes.html").json["probe-data"]
