@@ -28,7 +28,7 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -77,6 +77,35 @@ def train_overrides(out: Path, scale: Scale, run: Run, seed: int) -> list[str]:
             f"train.update_size={scale.update_size}", f"train.batch_size={scale.batch_size}", f"train.num_envs={scale.num_envs}",
             f"train.max_steps={scale.max_steps}", "train.iterations=1", "train.p=1.0", f"train.store_cache={out / 'store_cache'}",
             "policy.frozen_encoder_seed=0"]
+
+
+@dataclass(frozen=True)
+class TrainStage:
+    """One training of a model: its folder and overrides. ``warm_from`` names the stage whose
+    final checkpoint this one starts from (``policy.checkpoint``), known once that stage ran."""
+
+    name: str
+    folder: Path
+    overrides: tuple[str, ...]
+    warm_from: str | None = None
+
+
+def train_stages(out: Path, scale: Scale, run: Run, seed: int) -> list[TrainStage]:
+    """The trainings of a model at a scale: teacher forcing, then (MAP-CMA, ``ft_rounds`` > 0)
+    DAgger fine-tuning warm-started from it (SPEC §9.7). The last stage writes ``train/``."""
+    tf = list(train_overrides(out, scale, run, seed))
+    if run.table != "table4":
+        return [TrainStage("teacher forcing", run_dir(out, run, seed) / "train", tuple(tf))]
+    tf = [o if not o.startswith("train.split=") else f"train.split={scale.map_tf_split}" for o in tf]
+    if scale.ft_rounds <= 0:
+        return [TrainStage("teacher forcing", run_dir(out, run, seed) / "train", tuple(tf))]
+    tf = [o if not o.startswith("train.out_dir=") else f"train.out_dir={run_dir(out, run, seed) / 'train_tf'}" for o in tf]
+    ft = [f"train.out_dir={run_dir(out, run, seed) / 'train'}", "train.split=train", f"train.epochs={scale.ft_epochs}",
+          f"train.update_size={scale.ft_update_size}", f"train.batch_size={scale.batch_size}", f"train.num_envs={scale.num_envs}",
+          f"train.max_steps={scale.max_steps}", f"train.iterations={scale.ft_rounds}", f"train.p={scale.ft_p}",
+          "policy.frozen_encoder_seed=0", "train.itmaps_ft_on_tours=true"]
+    return [TrainStage("teacher forcing", run_dir(out, run, seed) / "train_tf", tuple(tf)),
+            TrainStage("DAgger fine-tuning", run_dir(out, run, seed) / "train", tuple(ft), warm_from="teacher forcing")]
 
 
 def eval_overrides(out: Path, scale: Scale, run: Run, seed: int, split: str, mode: str, checkpoint: Path, tours: list[str]) -> list[str]:
@@ -279,14 +308,16 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
     for run in runs:
         for seed in range(seeds):
             base = base_overrides(out, data, scale, run, seed, device)
-            folder = run_dir(out, run, seed) / "train"
-            cfg = load_config(None, base + train_overrides(out, scale, run, seed))
-            t = time.perf_counter()
-            summary = _train_one(cfg, folder, log, progress)
-            ckpt = _final_checkpoint(summary, folder)
-            log(f"{run.key} seed {seed}: trained ({summary['optimizer_steps']} steps, {summary['episodes_collected']} episodes; "
-                f"{time.perf_counter() - t:.0f} s this run) -> {ckpt.name}")
-            results["fingerprints"][f"{run.key}/seed{seed}/train"] = summary["fingerprint"]
+            finals: dict[str, Path] = {}
+            for stage in train_stages(out, scale, run, seed):
+                warm = [f"policy.checkpoint={finals[stage.warm_from]}"] if stage.warm_from else []
+                cfg = load_config(None, base + list(stage.overrides) + warm)
+                t = time.perf_counter()
+                summary = _train_one(cfg, stage.folder, log, progress)
+                ckpt = finals[stage.name] = _final_checkpoint(summary, stage.folder)
+                log(f"{run.key} seed {seed}: {stage.name} done ({summary['optimizer_steps']} steps, {summary['episodes_collected']} "
+                    f"episodes; {time.perf_counter() - t:.0f} s this run) -> {stage.folder.name}/{ckpt.name}")
+                results["fingerprints"][f"{run.key}/seed{seed}/{stage.folder.name}"] = summary["fingerprint"]
             for split in EVAL_SPLITS:
                 tours = _eval_tours(base, split, scale.eval_tours)
                 for mode in run.eval_modes:
@@ -335,7 +366,10 @@ def write_readme(out: Path, table: str, scale_name: str, scale: Scale, seeds: in
         "",
         f"Scale `{scale_name}`: benchmark preset `{scale.preset}`, {scale.size} px frames, {scale.epochs} epochs over "
         f"{scale.update_size or 'all'} collected episodes per model, batch {scale.batch_size}, {scale.num_envs} environments; "
-        f"RedNet-18 {scale.rednet_epochs} epochs on {scale.rednet_frames} frames per train house; evaluated on "
+        + (f"MAP-CMA teacher-forced on `{scale.map_tf_split}`" + (
+            f", then {scale.ft_rounds} DAgger rounds of {scale.ft_update_size} `train` episodes, {scale.ft_epochs} epochs each, "
+            f"p = {scale.ft_p}; " if scale.ft_rounds else "; "))
+        + f"RedNet-18 {scale.rednet_epochs} epochs on {scale.rednet_frames} frames per train house; evaluated on "
         + (f"the first {scale.eval_tours} tours of each split" if scale.eval_tours else "every tour of each split")
         + f". The reference rows are the scripted {' and '.join(REFERENCE_AGENTS)} agents on the same tours.",
         "",
