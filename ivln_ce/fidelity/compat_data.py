@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ivln_ce.data.episodes import Episode, EpisodeDataset
-from ivln_ce.data.jsonio import DataFormatError
+from ivln_ce.data.jsonio import DataFormatError, describe
 from ivln_ce.data.perturb import INSTRUCTION_KINDS, TRAJECTORY_KINDS
 
 CLEAN = "clean"
@@ -102,16 +102,25 @@ def pairs_of(dataset: EpisodeDataset, where: str, clean_paths: dict[str, str] | 
         except KeyError:
             family = None
         if family is None:
-            raise DataFormatError(f"{where}: episode {e.episode_id}: field perturbation.kind: {kind!r} is not a perturbation "
+            raise DataFormatError(f"{where}: episode {e.episode_id}: field perturbation.kind: {describe(kind)} is not a perturbation "
                                   f"of ivln-ce data perturb ({list(INSTRUCTION_KINDS + TRAJECTORY_KINDS)})")
-        source = str(rec.get("source_episode_id"))
+        source = _record_id(rec, "source_episode_id", where, e.episode_id)
         if family == "instruction":
             describes = ""
         else:
-            src_traj = str(rec.get("source_trajectory_id"))
+            src_traj = _record_id(rec, "source_trajectory_id", where, e.episode_id)
             describes = (clean_paths or {}).get(src_traj, "")
         out.append(CompatPair(e.episode_id, e.instruction_text, path, kind, family, source, describes))
     return out
+
+
+def _record_id(rec: dict, name: str, where: str, episode_id: str) -> str:
+    """An id of a perturbation record (a string or an integer, as episode ids are written)."""
+    v = rec.get(name)
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and len(v) > 1000):
+        raise DataFormatError(f"{where}: episode {episode_id}: field perturbation.{name}: expected an id (a string or "
+                              f"an integer), got {describe(v)}")
+    return str(v)
 
 
 def clean_path_index(pairs: Sequence[CompatPair], dataset: EpisodeDataset) -> dict[str, str]:

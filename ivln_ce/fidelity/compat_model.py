@@ -29,12 +29,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ivln_ce.fidelity.compat_checks import check_float, check_int
 from ivln_ce.models.encoders import InstructionEncoder
 
 #: per view: sin/cos of the absolute heading, sin/cos of the heading relative to the travel direction
 ORIENTATION_DIM = 4
 #: per viewpoint: sin/cos of the turn, step length (m), height change (m), progress t / (T - 1)
 GEOMETRY_DIM = 5
+#: bounds of a model config (it may come from a file): the parameter count caps the memory
+MAX_VOCAB = 1_000_000
+MAX_WIDTH = 8192
+MAX_VIEWS = 16
+MAX_PARAMETERS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,27 @@ class CompatModelConfig:
     hidden_size: int = 128  # per LSTM direction: h^w and h^v have 2 x hidden_size
     projection_size: int = 128  # a view's features after the learned projection
     dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        """Types and ranges of every field, and the parameter count, before a tensor is made:
+        the config may come from a file (``compat.pt``), and a huge size would be allocated."""
+        for name, hi in (("vocab_size", MAX_VOCAB), ("feature_dim", MAX_WIDTH), ("views", MAX_VIEWS),
+                         ("embedding_size", MAX_WIDTH), ("hidden_size", MAX_WIDTH), ("projection_size", MAX_WIDTH)):
+            check_int(name, getattr(self, name), 2 if name == "vocab_size" else 1, hi)
+        check_float("dropout", self.dropout, 0.0, 0.99)
+        if self.parameter_count() > MAX_PARAMETERS:
+            raise ValueError(f"hidden_size {self.hidden_size}, embedding_size {self.embedding_size}, projection_size "
+                             f"{self.projection_size}, vocab_size {self.vocab_size}, feature_dim {self.feature_dim}: "
+                             f"{self.parameter_count():,} parameters, more than the {MAX_PARAMETERS:,} this model may have")
+
+    def parameter_count(self) -> int:
+        """The number of parameters of ``CompatibilityModel(self)``, computed without building it."""
+        v, f, e, h, p = self.vocab_size, self.feature_dim, self.embedding_size, self.hidden_size, self.projection_size
+        d = 2 * h
+        instruction = v * e + 2 * (4 * h * (e + h) + 8 * h)
+        views = 2 * (f + ORIENTATION_DIM) + (f + ORIENTATION_DIM) * p + p
+        steps = d * p + (3 * p + GEOMETRY_DIM) * d + d + 2 * (8 * d * d + 8 * d)
+        return instruction + views + steps + 3
 
     def to_dict(self) -> dict:
         return asdict(self)

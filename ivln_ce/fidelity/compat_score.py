@@ -10,21 +10,25 @@ which the clean one scores higher (a tie counts one half).
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from ivln_ce.data.jsonio import DataFormatError
+from ivln_ce.data.jsonio import DataFormatError, short_repr
 from ivln_ce.data.vocab import Vocabulary
+from ivln_ce.fidelity.compat_checkpoint import check_tensors, read_sealed
+from ivln_ce.fidelity.compat_checks import check_device, check_int
 from ivln_ce.fidelity.compat_data import CLEAN, CompatPair
 from ivln_ce.fidelity.compat_features import FeatureCache, ViewSettings, trajectory_batch
 from ivln_ce.fidelity.compat_model import CompatibilityModel, CompatModelConfig
 from ivln_ce.metrics.roc import roc_auc
 
-CHECKPOINT_FORMAT = "ivln_ce.compat/1"
+CHECKPOINT_FORMAT = "ivln_ce.compat/2"
 SCORES_FORMAT = "ivln_ce.compat_scores/1"
 #: instructions longer than this many tokens are cut (the released files pad to 200)
 MAX_TOKENS = 200
@@ -71,24 +75,84 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
 
 
-def load_compat_checkpoint(path: str | Path, device: str = "cpu") -> LoadedModel:
-    """A ``compat.pt`` written by ``ivln-ce train-compat`` (read with the data-only loader)."""
-    from ivln_ce.models.official_weights import load_state, read_checkpoint
+def load_compat_checkpoint(path: str | Path, device: str = "cpu", rgb_weights: str | None = None) -> LoadedModel:
+    """A ``compat.pt`` written by ``ivln-ce train-compat``: read with the data-only loader, its
+    checksum verified, every field checked (model sizes against their caps before the model is
+    built, the vocabulary, the view settings, finite weights). A checkpoint whose frozen RGB
+    trunk had weights needs them again (``rgb_weights``, checked against the recorded SHA-256):
+    a path stored in the file is never opened."""
+    from ivln_ce.models.official_weights import load_state
 
-    ckpt = read_checkpoint(path)
-    if ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise DataFormatError(f"{path}: not a compatibility-model checkpoint (format {ckpt.get('format')!r}, "
-                              f"expected {CHECKPOINT_FORMAT!r}; train-compat writes OUT/compat.pt)")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    ckpt = read_sealed(path, "compatibility-model checkpoint", CHECKPOINT_FORMAT)
     try:
-        mcfg = CompatModelConfig(**ckpt["model"])
-        settings = ViewSettings(**ckpt["views"])
-        vocab = Vocabulary([str(w) for w in ckpt["vocab"]])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataFormatError(f"{path}: damaged compatibility checkpoint ({exc})") from exc
+        mcfg = CompatModelConfig(**_field(ckpt, "model", dict, path))
+    except (TypeError, ValueError) as exc:
+        raise DataFormatError(f"{path}: field model: {exc}") from None
+    try:
+        settings = ViewSettings(**_field(ckpt, "views", dict, path))
+    except (TypeError, ValueError) as exc:
+        raise DataFormatError(f"{path}: field views: {exc}") from None
+    if settings.views != mcfg.views:
+        raise DataFormatError(f"{path}: field views.views {settings.views} differs from model.views {mcfg.views}")
+    words = _field(ckpt, "vocab", list, path)
+    if len(words) != mcfg.vocab_size or not all(isinstance(w, str) and len(w) <= MAX_WORD for w in words):
+        raise DataFormatError(f"{path}: field vocab: expected {mcfg.vocab_size} (model.vocab_size) words of at most "
+                              f"{MAX_WORD} characters, got {len(words)} entries")
+    try:
+        vocab = Vocabulary(list(words))
+    except ValueError as exc:
+        raise DataFormatError(f"{path}: field vocab: {exc}") from None
+    state = check_tensors(ckpt.get("state_dict"), path, "state_dict")
+    settings = _rgb_weights(settings, ckpt, path, rgb_weights)
     model = CompatibilityModel(mcfg)
-    load_state(model, ckpt["state_dict"], str(path), strict=True)
+    load_state(model, state, str(path), strict=True)
     return LoadedModel(model.to(device).eval(), settings, vocab,
                        {k: ckpt.get(k) for k in ("epoch", "step", "history", "train")})
+
+
+#: longest word of a checkpoint's vocabulary
+MAX_WORD = 1000
+
+
+def _field(ckpt: dict, name: str, kind: type, path: Path):
+    """``ckpt[name]`` of type ``kind``; a dict of a dataclass's settings must name each of them (no defaults)."""
+    value = ckpt.get(name)
+    if not isinstance(value, kind):
+        raise DataFormatError(f"{path}: field {name}: expected a {kind.__name__}, got {type(value).__name__}")
+    fields = {"model": CompatModelConfig, "views": ViewSettings}.get(name)
+    if fields is not None:
+        want = {f.name for f in dataclasses.fields(fields)}
+        if set(value) != want:
+            raise DataFormatError(f"{path}: field {name}: missing {sorted(want - set(value))[:5]}, "
+                                  f"unknown {[short_repr(k) for k in list(set(value) - want)[:5]]}")
+    return value
+
+
+def _rgb_weights(settings: ViewSettings, ckpt: dict, path: Path, given: str | None) -> ViewSettings:
+    """The settings with the RGB trunk weights the user gave (never the path the file names)."""
+    from dataclasses import replace
+
+    from ivln_ce import fingerprint as fpr
+
+    recorded = ckpt.get("rgb_weights_sha256")
+    if not settings.rgb_weights and recorded is None:
+        if given:
+            raise ValueError(f"--rgb-weights {given}: {path} was trained with the seeded random RGB trunk; leave it out")
+        return settings
+    if not isinstance(recorded, str):
+        raise DataFormatError(f"{path}: field rgb_weights_sha256: expected the SHA-256 of the RGB trunk weights, "
+                              f"got {type(recorded).__name__}")
+    if not given:
+        raise ValueError(f"{path} was trained with RGB trunk weights ({short_repr(settings.rgb_weights)}); "
+                         f"give the same file with --rgb-weights")
+    if not Path(given).is_file():
+        raise FileNotFoundError(f"--rgb-weights {given}: no such file")
+    if fpr.sha256_file(given) != recorded:
+        raise ValueError(f"--rgb-weights {given}: not the weights {path} was trained with (SHA-256 differs)")
+    return replace(settings, rgb_weights=str(given))
 
 
 def _safe_auc(scores, labels) -> float | None:
@@ -153,6 +217,25 @@ class ScoreRequest:
     cache: Path | None = None
     batch_size: int = 64
     device: str = "cpu"
+    #: the RGB trunk weights the checkpoint was trained with (when it was)
+    rgb_weights: str | None = None
+
+    def check(self) -> None:
+        """The arguments, before any file is read."""
+        check_int("--batch-size", self.batch_size, 1, MAX_BATCH)
+        check_device("--device", self.device)
+        if self.labels not in (None, "perturbation") and not Path(self.labels).is_file():
+            raise FileNotFoundError(f"--labels {self.labels}: no such file (or use --labels perturbation)")
+        if not Path(self.scenes_dir).is_dir():
+            raise FileNotFoundError(f"--scenes-dir {self.scenes_dir}: no such folder")
+        if not Path(self.out).name.endswith(".json"):
+            raise ValueError(f"--out {self.out}: expected a .json file name")
+        if self.cache is not None and Path(self.cache).exists() and not Path(self.cache).is_dir():
+            raise ValueError(f"--feature-cache {self.cache}: not a folder")
+
+
+#: largest --batch-size of score-instructions
+MAX_BATCH = 4096
 
 
 def _labels_file(path: Path, n_files: int) -> dict[str, int]:
@@ -170,21 +253,17 @@ def _labels_file(path: Path, n_files: int) -> dict[str, int]:
     return {str(k): int(v) for k, v in table.items()}
 
 
-def score_instructions(req: ScoreRequest, show_progress: bool = True) -> dict:
+def score_instructions(req: ScoreRequest, show_progress: bool = True,
+                       log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
     """Score every episode of the files; write ``req.out`` (JSON, atomically) and return it."""
     from ivln_ce.data.episodes import load_episodes
     from ivln_ce.data.jsonio import write_json
     from ivln_ce.fidelity.compat_data import clean_path_index, pairs_of
     from ivln_ce.fidelity.compat_features import FrameEncoder
 
-    if req.labels not in (None, "perturbation") and not Path(req.labels).is_file():
-        raise FileNotFoundError(f"--labels {req.labels}: no such file (or use --labels perturbation)")
-    if not Path(req.scenes_dir).is_dir():
-        raise FileNotFoundError(f"--scenes-dir {req.scenes_dir}: no such folder")
+    req.check()
     out = Path(req.out)
-    if not out.name.endswith(".json"):
-        raise ValueError(f"--out {out}: expected a .json file name")
-    loaded = load_compat_checkpoint(req.checkpoint, req.device)
+    loaded = load_compat_checkpoint(req.checkpoint, req.device, req.rgb_weights)
     datasets = [load_episodes(f) for f in req.episodes]
     # perturbed files name their source episodes; the first file without perturbations is their source
     clean_index: dict[str, str] = {}
@@ -208,6 +287,8 @@ def score_instructions(req: ScoreRequest, show_progress: bool = True) -> dict:
     try:
         cache = FeatureCache(encoder, req.cache)
         cache.fill([p.path for p in pairs], show_progress=show_progress)
+        if cache.replaced:
+            log(cache.summary())
         scores, probs = score_pairs(loaded.model, pairs, cache, loaded.settings, loaded.vocab, req.batch_size, req.device)
     finally:
         encoder.close()
