@@ -156,6 +156,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     dirs = args.results
     if len(dirs) % 2:
         raise UsageError(f"results folders come in pairs, A B [A2 B2 ...] (one pair per training seed); got {len(dirs)}")
+    _check_bootstrap_options(args)
+    _judgements(args, {})  # --paper, --null, --margin and --expect checked before anything is read
     _labels_have_folders(args, dirs + (args.contrast or []))
     pairs = [(read_side(a, args.split, args.label_a), read_side(b, args.split, args.label_b))
              for a, b in zip(dirs[::2], dirs[1::2])]
@@ -173,6 +175,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     write_json(out, comparison_json(result, verdicts), indent=2)
     print(f"wrote {out}")
     return 0
+
+
+#: the largest seed the commands take: numpy's legacy generators and torch.manual_seed accept
+#: every value in [0, 2**32 - 1]
+MAX_SEED = 2**32 - 1
+
+
+def _check_seed(flag: str, value: int) -> None:
+    if not 0 <= value <= MAX_SEED:
+        raise UsageError(f"{flag} must be an integer in [0, {MAX_SEED}], got {value}")
+
+
+def _check_bootstrap_options(args: argparse.Namespace) -> None:
+    """--resamples, --seed and --level of a bootstrap, before any file is read."""
+    from ivln_ce.viz.paired import check_resamples
+
+    try:
+        check_resamples(args.resamples, "--resamples")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_seed("--seed", args.seed)
+    if not (math.isfinite(args.level) and 0 < args.level < 1):
+        raise UsageError(f"--level: the interval's level must lie in (0, 1), got {args.level}")
 
 
 def _judgements(args: argparse.Namespace, intervals: dict) -> dict:
@@ -462,6 +487,8 @@ def cmd_probe_build(args: argparse.Namespace) -> int:
     bad = [o for o in args.overrides if not o.startswith(("simulator.", "data."))]
     if bad:
         raise UsageError(f"only simulator.* and data.* overrides apply to probe build, got {bad}")
+    if not 0 < args.free_distance <= 50:  # NaN fails too
+        raise UsageError(f"--free-distance: expected a positive number of metres up to 50, got {args.free_distance}")
     req = BuildRequest(data=Path(args.data), split=args.split, out=Path(args.out), skills=parse_skills(args.skills),
                        rule=FreeSpaceRule(distance=args.free_distance), overrides=tuple(args.overrides))
     print(format_report(build_probes(req)))
@@ -475,8 +502,12 @@ def cmd_probe_run(args: argparse.Namespace) -> int:
     from ivln_ce.probe.teacher import TeacherRule
     from ivln_ce.rollout.worker import WorkerCrashed
 
-    if args.limit < 0:
-        raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    from ivln_ce.probe.probe_set import MAX_PROBES
+
+    if not 0 <= args.limit <= MAX_PROBES:
+        raise UsageError(f"--limit must be >= 0 and at most {MAX_PROBES}, got {args.limit}")
+    if not 0 < args.waypoint_radius <= 10:  # NaN fails too
+        raise UsageError(f"--waypoint-radius: expected a positive number of metres up to 10, got {args.waypoint_radius}")
     try:
         rollout = RolloutRule(steps=args.rollout_steps, policy=args.rollout_policy, seed=args.rollout_seed)
     except ValueError as exc:
@@ -495,8 +526,9 @@ def cmd_probe_run(args: argparse.Namespace) -> int:
 
 
 def cmd_probe_tables(args: argparse.Namespace) -> int:
-    from ivln_ce.probe.results import tables_from_runs
+    from ivln_ce.probe.results import check_resamples, tables_from_runs
 
+    check_resamples(args.resamples)
     files = tables_from_runs([Path(r) for r in args.runs], Path(args.out), resamples=args.resamples)
     print(files["md"].read_text())
     print("files: " + ", ".join(str(f) for f in files.values()))
@@ -505,7 +537,11 @@ def cmd_probe_tables(args: argparse.Namespace) -> int:
 
 def cmd_probe_figures(args: argparse.Namespace) -> int:
     from ivln_ce.probe.figures import format_report, make_figures
+    from ivln_ce.probe.results import check_resamples
 
+    check_resamples(args.resamples)
+    if not 1 <= args.length_bin <= 100_000:
+        raise UsageError(f"--length-bin: expected an integer in [1, 100000], got {args.length_bin}")
     rep = make_figures([Path(r) for r in args.runs], Path(args.out), Path(args.probes) if args.probes else None,
                        bin_width=args.length_bin, resamples=args.resamples)
     print(format_report(rep))
@@ -554,7 +590,7 @@ def cmd_score_instructions(args: argparse.Namespace) -> int:
     req = ScoreRequest(checkpoint=Path(args.checkpoint), episodes=[Path(e) for e in args.episodes],
                        scenes_dir=Path(args.scenes_dir), out=Path(args.out), labels=args.labels,
                        cache=Path(args.feature_cache) if args.feature_cache else None, batch_size=args.batch_size,
-                       device=args.device)
+                       device=args.device, rgb_weights=args.rgb_weights)
     report = score_instructions(req)
     print(format_report(report), end="")
     print(f"scores -> {args.out}")
@@ -578,8 +614,10 @@ def cmd_viz_report(args: argparse.Namespace) -> int:
 
     probes = None
     if args.probes:
-        from ivln_ce.probe.report_part import report_part
+        from ivln_ce.probe.report_part import MAX_EXAMPLES_PER_SKILL, report_part
 
+        if not 0 <= args.probe_examples <= MAX_EXAMPLES_PER_SKILL:
+            raise UsageError(f"--probe-examples: expected an integer in [0, {MAX_EXAMPLES_PER_SKILL}], got {args.probe_examples}")
         build = Path(args.probe_build) if args.probe_build else None
         if args.probe_data and build is None:
             raise UsageError("--probe-data renders the frames of the probes of --probe-build: give the `probe build` folder too")
@@ -1031,6 +1069,7 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--feature-cache", default=None, help="folder of cached path features (reused when made from the same inputs)")
     si.add_argument("--batch-size", type=int, default=64)
     si.add_argument("--device", default="cpu")
+    si.add_argument("--rgb-weights", default=None, help="the --rgb-weights file the checkpoint was trained with (when it was)")
     si.set_defaults(func=cmd_score_instructions)
 
     vz = sub.add_parser("viz", help="pictures")

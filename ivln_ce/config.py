@@ -341,8 +341,13 @@ class TrainConfig:
     progress_weight: float = 0.0
     #: stop after this many optimizer steps in total (0 = no limit): tiny smoke budgets
     max_steps: int = 0
-    #: collection environments (worker processes; per rank under torchrun)
+    #: collection environments (per rank under torchrun)
     num_envs: int = 4
+    #: environments per worker process (they share its scene caches and GL context): K may
+    #: exceed the cores
+    envs_per_worker: int = 1
+    #: worker groups taken in turn, so one group steps while another is decided (1: lockstep)
+    groups: int = 1
     #: cpu, cuda or cuda:N (under torchrun "cuda" is the rank's local GPU)
     device: str = "cpu"
     #: where checkpoints, the store, TensorBoard events and the summary go
@@ -433,9 +438,14 @@ class EvalConfig:
     #: oracle (the follower, an upper bound), random, forward, stop
     agent: str = "policy"
     split: str = "${data.split}"
-    #: tour environments stepping in parallel worker processes (each its own simulator);
-    #: under torchrun, per rank
+    #: tour environments stepping in parallel (each its own simulator); under torchrun, per rank
     num_envs: int = 1
+    #: environments per worker process (they share its scene caches and GL context): K may
+    #: exceed the cores, e.g. K = the number of tours
+    envs_per_worker: int = 1
+    #: worker groups taken in turn, so one group's environments step while another's
+    #: observations are mapped and decided (1: every stream in one lockstep batch)
+    groups: int = 1
     #: where the policy, the mapper and the encoders run: cpu, cuda or cuda:N (under torchrun
     #: "cuda" means the rank's local GPU)
     device: str = "cpu"
@@ -728,11 +738,19 @@ def _one_of(*allowed):
 _REWARD_ITEM = r"\s*(goal|fidelity|ndtw)\s*(:\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*)?"
 
 
+#: the largest reward weight magnitude (the success and failure rewards have the same bound)
+MAX_REWARD_WEIGHT = 1e6
+
+
 def _reward_ok(v) -> bool:
-    """``train.rl.reward``'s grammar (``rl.rewards.parse_reward`` reads it; names once each)."""
+    """``train.rl.reward``'s grammar (``rl.rewards.parse_reward`` reads it; names once each),
+    every weight finite with |w| <= MAX_REWARD_WEIGHT, and not all of them 0 (no reward: no learning)."""
     items = str(v).split(",")
     names = [i.split(":")[0].strip() for i in items]
-    return all(re.fullmatch(_REWARD_ITEM, i) for i in items) and len(set(names)) == len(names)
+    if not all(re.fullmatch(_REWARD_ITEM, i) for i in items) or len(set(names)) != len(names):
+        return False
+    weights = [float(i.split(":")[1]) if ":" in i else 1.0 for i in items]
+    return all(abs(w) <= MAX_REWARD_WEIGHT for w in weights) and any(w != 0 for w in weights)
 
 
 #: the values of ``eval.instruction`` (``data/language_ablation.py``)
@@ -753,7 +771,8 @@ EVALUATION_PROTOCOL: dict[str, Any] = {
 #: key -> (check, what is expected). Every numeric key that a wrong value would turn into a
 #: crash after the whole run, a silent nonsense score, or a huge allocation is listed here.
 VALUE_RULES: dict[str, tuple[Any, str]] = {
-    "seed": (lambda v: v >= 0, "an integer >= 0"),
+    "seed": (_between(0, 2**31 - 1), "an integer in [0, 2147483647] (worker and critic seeds add offsets to it; "
+                                      "numpy and torch take seeds below 2**32)"),
     "metrics.success_distance": (_positive, "a distance > 0 (metres)"),
     "metrics.tndtw.d_th": (_positive, "a distance > 0 (metres; the nDTW normaliser)"),
     "simulator.sensor_height": (_between(0.0, 10.0, lo_open=True), "a height in (0, 10] m"),
@@ -776,9 +795,11 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "mapping.rednet_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
     "policy.rgb_depth": (_one_of(18, 34, 50), "one of 18, 34, 50"),
     "eval.num_envs": (_between(1, 256), "an integer in [1, 256]"),
+    "eval.envs_per_worker": (_between(1, 256), "an integer in [1, 256]"),
+    "eval.groups": (_between(1, 256), "an integer in [1, 256]"),
     "train.iterations": (_between(1, 10_000), "an integer in [1, 10000]"),
     "train.p": (_between(0.0, 1.0), "a probability in [0, 1]"),
-    "train.update_size": (lambda v: v >= 0, "an integer >= 0 (0 = the whole split)"),
+    "train.update_size": (_between(0, 10_000_000), "an integer in [0, 10000000] (0 = the whole split)"),
     "train.epochs": (_between(1, 100_000), "an integer in [1, 100000]"),
     "train.batch_size": (_between(1, 100_000), "an integer >= 1"),
     "train.lr": (_between(0.0, 1.0, lo_open=True), "a learning rate in (0, 1]"),
@@ -786,6 +807,8 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.progress_weight": (_between(0.0, 1000.0), "a weight in [0, 1000]"),
     "train.max_steps": (lambda v: v >= 0, "an integer >= 0 (0 = no limit)"),
     "train.num_envs": (_between(1, 256), "an integer in [1, 256]"),
+    "train.envs_per_worker": (_between(1, 256), "an integer in [1, 256]"),
+    "train.groups": (_between(1, 256), "an integer in [1, 256]"),
     "train.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "train.loader_workers": (_between(0, 64), "an integer in [0, 64]"),
     "train.resume_every": (lambda v: v >= 0, "an integer >= 0"),
@@ -801,7 +824,8 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.rl.cls_shaping": (_between(-1000.0, 1000.0), "a weight in [-1000, 1000]"),
     "train.rl.success_reward": (_between(-1e6, 1e6), "a finite reward"),
     "train.rl.failure_reward": (_between(-1e6, 1e6), "a finite reward"),
-    "train.rl.reward": (lambda v: _reward_ok(v), "a reward name (goal, fidelity, ndtw) or a weighted sum NAME:WEIGHT,..."),
+    "train.rl.reward": (lambda v: _reward_ok(v), "a reward name (goal, fidelity, ndtw) or a weighted sum NAME:WEIGHT,... "
+                                                 "(finite weights of at most 1e6 in magnitude, not all 0)"),
     "eval.device": (lambda v: bool(re.fullmatch(r"cpu|cuda(:[0-9]+)?", v)), "cpu, cuda or cuda:N"),
     "eval.poll_timeout": (_between(0.0, 365 * 86400.0, lo_open=True), "a duration in (0, 31536000] seconds"),
     "eval.policy_process": (_one_of("auto", "main", "workers"), "one of auto, main, workers"),

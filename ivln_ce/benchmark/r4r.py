@@ -33,7 +33,7 @@ from tqdm import tqdm
 from ivln_ce.config import load_config
 from ivln_ce.data.episodes import ReferenceTrajectory, load_episodes
 from ivln_ce.data.jsonio import atomic_write_bytes, write_json
-from ivln_ce.data.r4r import Composition, JoinedPath, R4RSettings, R4RStatistics, format_table
+from ivln_ce.data.r4r import Composition, JoinedPath, R4RSettings, R4RStatistics, check_distance, format_table
 from ivln_ce.data.stream_writer import EpisodeFileWriter, ReferenceFileWriter
 from ivln_ce.data.tour_generation import euclidean_same_floor
 from ivln_ce.env.tour_env import contained_scene_path
@@ -192,6 +192,7 @@ def build_r4r(req: R4RRequest, show_progress: bool = True) -> R4RResult:
     if req.distance == "geodesic" and req.scenes_dir is None:
         raise ValueError("--distance geodesic needs --scenes (the folder the episodes' scene_id is relative to); "
                          "without scenes use --distance euclidean (the same-floor proxy of `ivln-ce data tours`)")
+    check_distance("--max-dy (max_dy, the height difference of one floor)", req.max_dy, low_open=False)
     settings = R4RSettings(req.threshold, req.max_per_scene, req.seed, req.padded_length, req.instructions_per_path)
     out = Path(req.out)
     if out.resolve() == Path(req.episodes).resolve():

@@ -132,8 +132,11 @@ class Episode:
 
 
 def id_to_json(value: str) -> int | str:
-    """An id as the files store it: an integer when it is a plain decimal number."""
-    return int(value) if value.isdigit() and str(int(value)) == value else value
+    """An id as the files store it: an integer when it is a plain ASCII decimal number within the
+    64-bit range the readers take (``'²'`` is a digit to ``str.isdigit`` but no number)."""
+    if value.isascii() and value.isdigit() and len(value) <= 20 and str(int(value)) == value and int(value) < 1 << 64:
+        return int(value)
+    return value
 
 
 @dataclass

@@ -33,7 +33,7 @@ from ivln_ce.data.episodes import PERTURBATION_KEY, Episode, EpisodeDataset, Epi
 from ivln_ce.data.perturb_paths import Candidate, DetourSettings, Navigator, PathEdit, detour, other_path, partial_reversal
 from ivln_ce.data.perturb_text import (Skipped, TextEdit, direction_swap, entity_swap, sentence_drop, sentence_shuffle,
                                        split_pool, truncate)
-from ivln_ce.data.r4r import SourcePath, path_length, source_paths
+from ivln_ce.data.r4r import MAX_PADDED_LENGTH, MAX_SEED, SourcePath, check_count, check_distance, path_length, source_paths
 
 INSTRUCTION_KINDS = ("direction_swap", "landmark_swap", "room_swap", "sentence_shuffle", "sentence_drop", "truncate")
 TRAJECTORY_KINDS = ("detour", "partial_reversal", "other_path")
@@ -80,10 +80,10 @@ class PerturbSettings:
         bad = [k for k in self.kinds if k not in KINDS]
         if bad or not self.kinds:
             raise ValueError(f"unknown perturbation kind(s) {bad}; choose from {list(KINDS)}")
-        if not (math.isfinite(self.other_path_threshold) and self.other_path_threshold > 0):
-            raise ValueError(f"other_path threshold must be a distance > 0 (m), got {self.other_path_threshold}")
-        if self.padded_length is not None and self.padded_length < 1:
-            raise ValueError(f"padded_length must be >= 1, got {self.padded_length}")
+        check_distance("--other-path-threshold (other_path threshold)", self.other_path_threshold)
+        check_count("--seed (seed)", self.seed, 0, MAX_SEED)
+        if self.padded_length is not None:
+            check_count("--padded-length (padded_length)", self.padded_length, 1, MAX_PADDED_LENGTH)
 
 
 def kind_rng(seed: int, kind: str, *keys: str) -> np.random.Generator:
@@ -207,7 +207,8 @@ class Perturbation:
             return
         if nav_for is None:
             raise ValueError(f"trajectory perturbations {kinds} need a navigator (a simulator: --scenes-dir)")
-        numeric = [int(e.trajectory_id) for e in self.dataset.episodes if e.trajectory_id.isdigit()]
+        numeric = [int(e.trajectory_id) for e in self.dataset.episodes
+                   if e.trajectory_id.isascii() and e.trajectory_id.isdigit() and len(e.trajectory_id) <= 18]
         next_tid = max(numeric, default=0) + 1
         per_scan = source_paths(self.dataset)
         length = {k: [0.0, 0.0] for k in kinds}  # summed over episodes: before, after

@@ -54,7 +54,7 @@ class DetourSettings:
     def __post_init__(self) -> None:
         lo, hi = self.offset
         if not (0 < lo <= hi and math.isfinite(hi)):
-            raise ValueError(f"detour offset must satisfy 0 < min <= max, got {self.offset}")
+            raise ValueError(f"--detour-offset: the detour offset must satisfy 0 < min <= max < inf (m), got {self.offset}")
         if self.tries < 1 or self.max_extra_factor <= 0:
             raise ValueError("detour tries must be >= 1 and max_extra_factor > 0")
 

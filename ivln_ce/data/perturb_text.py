@@ -199,15 +199,23 @@ def sentences(text: str) -> tuple[str, list[str], str]:
     return lead, [s for s in _SENTENCE_END.split(body) if s] if body else [], trail
 
 
+#: up to this many sentences an order is drawn as one index among the n! - 1 (20! < 2**63)
+_INDEXED_ORDERS = 20
+
+
 def sentence_shuffle(text: str, rng: np.random.Generator) -> TextEdit | Skipped:
     """All sentences but the last in a new order (a uniform non-identity permutation)."""
     lead, parts, trail = sentences(text)
     n = len(parts) - 1
     if n < 2:
         return Skipped("too_few_sentences")
-    perms = math.factorial(n) - 1  # non-identity orders: draw an index, skip the identity
-    k = 1 + int(rng.integers(perms))
-    order = _nth_permutation(n, k)
+    if n <= _INDEXED_ORDERS:
+        perms = math.factorial(n) - 1  # non-identity orders: draw an index, skip the identity
+        order = _nth_permutation(n, 1 + int(rng.integers(perms)))
+    else:  # n! exceeds a 64-bit draw: a uniform permutation, redrawn in the (1 / n!) case it is the identity
+        order = list(range(n))
+        while order == list(range(n)):
+            order = [int(i) for i in rng.permutation(n)]
     new = [parts[i] for i in order] + [parts[-1]]
     return TextEdit(lead + " ".join(new) + trail, {"order": [*order, n], "sentences": len(parts)})
 

@@ -33,6 +33,29 @@ from ivln_ce.data.vocab import Vocabulary
 Point = Sequence[float]
 #: consecutive points of a joined path closer than this (m) are one point
 SAME_POINT = 1e-3
+#: the longest token list written (R2R pads to 200 and its longest instructions stay below
+#: 400 tokens; a joined one is about twice as long): every episode holds this many ids
+MAX_PADDED_LENGTH = 10_000
+#: the largest join or match distance (m): a building is tens of metres across
+MAX_DISTANCE = 1_000.0
+#: seeds are taken in [0, MAX_SEED], as numpy's legacy generators and torch accept them
+MAX_SEED = 2**32 - 1
+
+
+def check_count(name: str, value: object, low: int = 1, high: int | None = None) -> None:
+    """A ValueError naming ``name`` unless ``value`` is an integer in [low, high]."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
+    if not ok:
+        raise ValueError(f"{name} must be an integer in [{low}, {'...' if high is None else high}], got {value!r}")
+
+
+def check_distance(name: str, value: object, low_open: bool = True, high: float = MAX_DISTANCE) -> None:
+    """A ValueError naming ``name`` unless ``value`` is a finite distance in (0, high] (low_open)
+    or [0, high]."""
+    ok = (isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > 0 if low_open else value >= 0) and value <= high)
+    if not ok:
+        raise ValueError(f"{name} must be a finite distance in {'(' if low_open else '['}0, {high:g}] m, got {value!r}")
 
 
 class Geometry(Protocol):
@@ -102,14 +125,14 @@ class R4RSettings:
     instructions_per_path: int | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.threshold) and self.threshold > 0):
-            raise ValueError(f"threshold must be a distance > 0 (metres), got {self.threshold}")
-        if self.max_per_scene is not None and self.max_per_scene < 1:
-            raise ValueError(f"max_per_scene must be >= 1 (or None for no limit), got {self.max_per_scene}")
-        if self.padded_length is not None and self.padded_length < 1:
-            raise ValueError(f"padded_length must be >= 1, got {self.padded_length}")
-        if self.instructions_per_path is not None and self.instructions_per_path < 1:
-            raise ValueError(f"instructions_per_path must be >= 1 (or None for all), got {self.instructions_per_path}")
+        check_distance("--threshold (threshold)", self.threshold)
+        if self.max_per_scene is not None and not (isinstance(self.max_per_scene, int) and self.max_per_scene >= 1):
+            raise ValueError(f"--max-per-scene: max_per_scene must be >= 1 (or None for no limit), got {self.max_per_scene}")
+        check_count("--seed (seed)", self.seed, 0, MAX_SEED)
+        if self.padded_length is not None:
+            check_count("--padded-length (padded_length)", self.padded_length, 1, MAX_PADDED_LENGTH)
+        if self.instructions_per_path is not None and not (isinstance(self.instructions_per_path, int) and self.instructions_per_path >= 1):
+            raise ValueError(f"--instructions-per-path: instructions_per_path must be >= 1 (or None for all), got {self.instructions_per_path}")
 
 
 def source_paths(dataset: EpisodeDataset) -> dict[str, list[SourcePath]]:

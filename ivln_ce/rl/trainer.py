@@ -111,7 +111,8 @@ def _engine(cfg: DictConfig, data: TrainingData, policy, plan_size: int):
     if hasattr(net, "map_encoder") and cfg.mapping.mode != MapMode.known:
         keys.append("semantic12" if cfg.mapping.semantics.value == "gt" else "rgb")
     return RolloutEngine(data.items, cfg.simulator, cfg.env, data.references, data.scenes_dir,
-                         num_envs=min(int(cfg.train.num_envs), max(1, plan_size)), success_distance=cfg.metrics.success_distance,
+                         num_envs=min(int(cfg.train.num_envs), max(1, plan_size)), envs_per_worker=int(cfg.train.envs_per_worker),
+                         success_distance=cfg.metrics.success_distance,
                          obs_keys=sorted(set(keys)), seed=int(cfg.seed))
 
 

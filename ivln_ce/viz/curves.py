@@ -14,6 +14,11 @@ steps mean different things); mixing them is refused.
 Names taken from the files (tags, splits, folder names) are shown as plain text, never parsed
 as matplotlib mathtext (a tag like ``$x^{{{...}}}$`` would recurse without end), and the figure
 is written through ``viz.files.write_output`` (never through a link planted at its name).
+
+A training folder may come from someone else, so its event files are input to be checked
+(``events.py``): found without following any link below the folder (a link there is refused,
+never read), plain files of bounded size, each one a TensorBoard event file by its framing.
+A folder without one, or whose files hold none of the scalars drawn, is refused by name.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from ivln_ce.viz.events import check_event_file, event_files
 from ivln_ce.viz.files import ResultsError, write_output
 
 LOSS_TAGS = ("train/loss", "train/action_loss", "train/progress_loss")
@@ -35,19 +41,11 @@ RL_PANELS = (
     ("entropy of the policy", False, (("rl/entropy", "-"),)),
 )
 EVAL_TNDTW = re.compile(r"^eval_(.+)_tndtw$")
-
-
-def event_files(train_dir: str | Path) -> list[Path]:
-    root = Path(train_dir)
-    if not root.exists():
-        raise ResultsError(f"{root}: no such training folder")
-    files = sorted(root.rglob("events.out.tfevents.*")) if root.is_dir() else [root]
-    if not files:
-        raise ResultsError(f"{root}: no TensorBoard event files (events.out.tfevents.*) in this folder or below")
-    for f in files:
-        if not f.is_file():  # a folder, a device or a FIFO of that name: a read would never end or fail late
-            raise ResultsError(f"{f}: not a regular file")
-    return files
+#: every scalar a panel draws (besides eval_<split>_tndtw)
+DRAWN_TAGS = frozenset((*LOSS_TAGS, "train/action_accuracy", "train/beta",
+                        *(tag for _, _, tags in RL_PANELS for tag, _ in tags)))
+#: validation splits one run may show in the t-nDTW panel
+MAX_EVAL_SPLITS = 20
 
 
 def plain(text: str, limit: int = 80) -> str:
@@ -67,6 +65,7 @@ def read_scalars(train_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
     merged: dict[str, dict[int, float]] = {}
     for f in event_files(train_dir):
+        check_event_file(f)
         acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
         try:
             acc.Reload()
@@ -95,6 +94,15 @@ def plot_curves(train_dirs: Sequence[str | Path], out: str | Path, names: Sequen
     if not dirs:
         raise ValueError("give at least one training folder")
     runs = [(names[k] if names else _name(d, dirs), read_scalars(d)) for k, d in enumerate(dirs)]
+    for d, (_, scalars) in zip(dirs, runs):
+        drawn = [t for t, pts in scalars.items() if pts and (t in DRAWN_TAGS or EVAL_TNDTW.match(t))]
+        if not drawn:
+            raise ResultsError(f"{d}: its TensorBoard event files hold none of the scalars drawn (train/loss, "
+                               "train/action_accuracy, train/beta, eval_<split>_tndtw, rl/...); not a training run of ivln-ce")
+        evals = sum(1 for t in scalars if EVAL_TNDTW.match(t))
+        if evals > MAX_EVAL_SPLITS:
+            raise ResultsError(f"{d}: {evals} validation t-nDTW tags (eval_<split>_tndtw), more than the {MAX_EVAL_SPLITS} "
+                               "one panel can show")
     rl = [any(t.startswith("rl/") for t in scalars) for _, scalars in runs]
     if any(rl) and not all(rl):
         raise ValueError("reinforcement fine-tuning runs (rl/* scalars: "

@@ -25,10 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ivln_ce.data.jsonio import DataFormatError
+from ivln_ce.data.jsonio import DataFormatError, describe, parse_document, read_bytes, short_repr
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
 from ivln_ce.metrics.cluster_interval import FEW_HOUSES, seeded_t_interval
-from ivln_ce.viz.files import read_results_json
+from ivln_ce.viz.files import input_file, read_results_json
 from ivln_ce.viz.runs import ResultsError, Run, file_component, find_runs
 from ivln_ce.viz.table import identity
 
@@ -84,22 +84,67 @@ class TourTable:
     report_origin: str | None = None
 
 
+#: the most bootstrap replicates a comparison draws (the default is 10,000): the replicate
+#: table is resamples x metrics floats, and the time grows with resamples x tours
+MAX_RESAMPLES = 1_000_000
+#: slack of the bounds between metrics (SPL <= SR, SDTW <= min(SR, nDTW)) for rounding
+BOUND_SLACK = 1e-9
+
+
 def _number(x: Any, where: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
-        raise CompareError(f"{where}: expected a number, got {x!r}")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise CompareError(f"{where}: expected a finite number, got {short_repr(x)}")
     return float(x)
 
 
+def fraction(x: Any, where: str) -> float:
+    """A metric stored as a fraction (SR, SPL, nDTW, SDTW, CLS, t-nDTW of an episode or a tour):
+    a finite number in [0, 1], else a ``CompareError`` naming ``where``."""
+    v = _number(x, where)
+    if not 0.0 <= v <= 1.0:
+        raise CompareError(f"{where}: expected a fraction in [0, 1], got {v!r}")
+    return v
+
+
+def check_metric_bounds(values: dict[str, float], where: str, scale: float = 1.0) -> None:
+    """The bounds the metric definitions put between an episode's (or a tour mean's) metrics:
+    SPL = SR * d0 / max(d0, TL) <= SR and SDTW = SR * nDTW <= min(SR, nDTW); ``values`` by
+    metric name (``METRICS``), those present are checked; ``scale`` 100 for values x100."""
+    slack = BOUND_SLACK * scale
+    sr, spl, ndtw, sdtw = (values.get(k) for k in ("SR", "SPL", "nDTW", "SDTW"))
+    if sr is not None and spl is not None and spl > sr + slack:
+        raise CompareError(f"{where}: SPL {spl!r} exceeds SR {sr!r} (SPL = SR x d0 / max(d0, TL) is at most SR)")
+    if sdtw is not None and sr is not None and sdtw > sr + slack:
+        raise CompareError(f"{where}: SDTW {sdtw!r} exceeds SR {sr!r} (SDTW = SR x nDTW is at most SR)")
+    if sdtw is not None and ndtw is not None and sdtw > ndtw + slack:
+        raise CompareError(f"{where}: SDTW {sdtw!r} exceeds nDTW {ndtw!r} (SDTW = SR x nDTW is at most nDTW)")
+
+
+def check_resamples(resamples: Any, name: str = "resamples") -> int:
+    """``resamples`` as an int in [1, MAX_RESAMPLES], else a ``ValueError`` naming ``name``."""
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or not 1 <= resamples <= MAX_RESAMPLES:
+        raise ValueError(f"{name} must be an integer in [1, {MAX_RESAMPLES:,}], got {resamples!r}")
+    return int(resamples)
+
+
 def tour_order(t: str) -> tuple[int, str]:
-    """Sort key of tour ids: numeric ids by value, then any others by name."""
-    return (int(t), t) if t.isdigit() else (1 << 62, t)
+    """Sort key of tour ids: numeric ids (ASCII digits) by value, then any others by name."""
+    return (int(t), t) if t.isascii() and t.isdigit() and len(t) <= 18 else (1 << 62, t)
 
 
-def load_result(path: Path, root: Path) -> Any:
-    """A results file, read within its folder (contained, regular, bounded: ``viz.files``);
-    a bad file is a ``CompareError`` naming it."""
+#: the decompressed size a per-run results file (tours_ckpt_*, iterative_all_stats_ckpt_*) may
+#: have: a few MB for an evaluation split (some 300 bytes per episode), so a gzip bomb is refused
+#: before memory runs out (reading it holds at most twice this)
+RESULTS_MAX_BYTES = 128 * 2**20
+
+
+def load_result(path: Path, root: Path, limit: int | None = None) -> Any:
+    """A results file, read within its folder (contained, regular, bounded: ``viz.files``; at
+    most ``limit`` decompressed bytes when given); a bad file is a ``CompareError`` naming it."""
     try:
-        return read_results_json(path, root)
+        if limit is None:
+            return read_results_json(path, root)
+        return parse_document(read_bytes(input_file(path, root), limit), path)
     except ResultsError:
         raise
     except DataFormatError as exc:
@@ -129,7 +174,7 @@ def read_tours(results: str | Path, split: str = "val_unseen", label: str | None
     run = runs[0]
     run.require("tours", "iterative_all_stats")
     f_tours, f_all = run.output("tours"), run.output("iterative_all_stats")
-    per_tour, per_episode = load_result(f_tours, run.results), load_result(f_all, run.results)
+    per_tour, per_episode = (load_result(f, run.results, RESULTS_MAX_BYTES) for f in (f_tours, f_all))
     for f, d in ((f_tours, per_tour), (f_all, per_episode)):
         if not isinstance(d, dict) or not d:
             raise CompareError(f"{f}: expected an object of tour id -> results with at least one tour")
@@ -145,19 +190,25 @@ def read_tours(results: str | Path, split: str = "val_unseen", label: str | None
             raise CompareError(f"{f_tours}: tour {t!r}: expected an object with 'tndtw', got {type(row).__name__}")
         for k in TNDTW_KEYS:
             v = row.get(k)
-            values[k].append(math.nan if v is None else _number(v, f"{f_tours}: tour {t!r}, field {k!r}"))
+            values[k].append(math.nan if v is None else fraction(v, f"{f_tours}: tour {t!r}, field {k!r}"))
         eps = per_episode[t]
         if not isinstance(eps, dict) or not eps:
             raise CompareError(f"{f_all}: tour {t!r}: expected an object of episode id -> metrics with at least one episode")
-        for name, key in EPISODE_KEYS.items():
-            if name in optional and not optional[name]:
-                continue
-            vals = []
-            for e, m in eps.items():
-                if not isinstance(m, dict) or key not in m:
-                    raise CompareError(f"{f_all}: tour {t!r}, episode {e!r}: field {key!r} missing")
-                vals.append(_number(m[key], f"{f_all}: tour {t!r}, episode {e!r}, field {key!r}"))
-            values[name].append(100.0 * sum(vals) / len(vals))
+        shown = [(name, key) for name, key in EPISODE_KEYS.items() if name not in optional or optional[name]]
+        sums = dict.fromkeys((name for name, _ in shown), 0.0)
+        for e, m in eps.items():
+            where = f"{f_all}: tour {t!r}, episode {e!r}"
+            if not isinstance(m, dict):
+                raise CompareError(f"{where}: expected an object of metrics, got {describe(m)}")
+            got = {}
+            for name, key in shown:
+                if key not in m:
+                    raise CompareError(f"{where}: field {key!r} missing")
+                got[name] = fraction(m[key], f"{where}, field {key!r}")
+                sums[name] += got[name]
+            check_metric_bounds(got, where)
+        for name, total in sums.items():
+            values[name].append(100.0 * total / len(eps))
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items() if k not in optional or optional[k]}
     for k in TNDTW_KEYS:
         arrays[k] = 100.0 * arrays[k]
@@ -324,6 +375,7 @@ def compare(pairs: Sequence[tuple[TourTable, TourTable]], resamples: int = 10_00
     intervals come from the same resamples."""
     if not pairs:
         raise CompareError("nothing to compare: no pair of evaluations")
+    check_resamples(resamples)
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     tndtw = _common_tndtw(pairs, tndtw)
@@ -349,6 +401,7 @@ def contrast(first: Sequence[tuple[TourTable, TourTable]], second: Sequence[tupl
     the mean differences A - B and C - D; ``pairs`` are the (A, B) pairs."""
     if not first or len(first) != len(second):
         raise CompareError(f"a contrast needs as many (C, D) pairs as (A, B) pairs, one per seed; got {len(first)} and {len(second)}")
+    check_resamples(resamples)
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     tndtw = _common_tndtw([*first, *second], tndtw)

@@ -17,10 +17,22 @@ from typing import Any
 
 import numpy as np
 
-from ivln_ce.viz.paired import METRICS, TNDTW_KEYS, CompareError, TourTable, load_result, read_tours, tour_order
+from ivln_ce.data.jsonio import DataFormatError, parse_document, read_bytes, short_repr
+from ivln_ce.viz.files import input_file
+from ivln_ce.viz.paired import (METRICS, TNDTW_KEYS, CompareError, TourTable, check_metric_bounds, read_tours,
+                                tour_order)
 
 #: the metrics every evaluation has (``read_tours``); SDTW and CLS may be absent
 REQUIRED = ("SR", "SPL", "nDTW")
+#: the decompressed size a report may have. A report keeps about 600 bytes per tour and seed
+#: pair, so this holds some 25,000 rows, far beyond any split; a larger file (a gzip bomb) is
+#: refused before it is parsed
+REPORT_MAX_BYTES = 16 * 2**20
+#: the most per-tour rows a report may hold
+MAX_REPORT_ROWS = 100_000
+#: JSON arrays and objects a report may hold (one object per row, a few more around them),
+#: counted before parsing: a file of empty lists would otherwise take ~20 times its size
+MAX_REPORT_CONTAINERS = 2 * MAX_REPORT_ROWS + 1_000
 #: ``PATH#a``, ``PATH#b``, ``PATH#a@2``: a report file, the side, and optionally the 1-based seed pair
 _SPEC = re.compile(r"^(?P<path>.+\.json)#(?P<side>[ab])(?:@(?P<pair>[1-9][0-9]*))?$")
 
@@ -45,7 +57,7 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     if m is None:
         raise CompareError(f"{spec}: a report side is written FILE.json#a or FILE.json#b (seed pair K: FILE.json#a@K)")
     path, side = Path(m["path"]), m["side"]
-    report = load_result(path, path.parent)
+    report = _load_report(path)
     if not isinstance(report, dict):
         raise CompareError(f"{path}: expected the JSON object `ivln-ce compare --out` writes, got {type(report).__name__}")
     if "contrast" in report:
@@ -59,6 +71,9 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     sources, rows = report["sources"], report["per_tour"]
     if not isinstance(sources, list) or not sources or not isinstance(rows, list) or not rows:
         raise CompareError(f"{path}: fields 'sources' and 'per_tour' must be non-empty lists")
+    if len(rows) > MAX_REPORT_ROWS or len(sources) > MAX_REPORT_ROWS:
+        raise CompareError(f"{path}: field 'per_tour' or 'sources' holds more than {MAX_REPORT_ROWS:,} entries; not a report "
+                           "of `ivln-ce compare`")
     if m["pair"] is None and len(sources) > 1:
         raise CompareError(f"{path}: the report holds {len(sources)} seed pairs; name one: {path}#{side}@1 ... @{len(sources)}")
     pair = int(m["pair"] or 1)
@@ -91,14 +106,16 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
         seen.add(tour)
         tours.append(tour)
         houses.append(house)
+        got = {x: _percent(r.get(f"{x} {side}"), f"{where}, field '{x} {side}'") for x in metrics}
+        check_metric_bounds(got, where, scale=100.0)
         for x in metrics:
-            values[x].append(_number(r.get(f"{x} {side}"), f"{where}, field '{x} {side}'"))
+            values[x].append(got[x])
     order = sorted(range(len(tours)), key=lambda k: tour_order(tours[k]))
     arrays = {x: np.asarray([values[x][k] for k in order], dtype=np.float64) for x in metrics}
     nan = np.full(len(tours), math.nan)
     for k in TNDTW_KEYS:
         arrays[k] = arrays["t-nDTW"] if k == field else nan
-    origin = str(sources[pair - 1].get(side, "?")) if isinstance(sources[pair - 1], dict) else "?"
+    origin = str(sources[pair - 1].get(side, "?"))[:200] if isinstance(sources[pair - 1], dict) else "?"
     files = {name: path for name in ("stats", "tours", "episodes", "tour_dir")}
     return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order),
                      tuple(houses[k] for k in order), arrays, None, None, files, {},
@@ -109,10 +126,29 @@ def _count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def _number(x: Any, where: str) -> float:
+def _percent(x: Any, where: str) -> float:
+    """A tour's metric x 100 (every compared metric is a mean of fractions): finite, in [0, 100]."""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        raise CompareError(f"{where}: expected a finite number, got {x!r}")
+        raise CompareError(f"{where}: expected a finite number, got {short_repr(x)}")
+    if not 0.0 <= x <= 100.0:
+        raise CompareError(f"{where}: expected a value x100 in [0, 100], got {x!r}")
     return float(x)
+
+
+def _load_report(path: Path) -> Any:
+    """The report's JSON, read within its folder (no link out of it, a plain file), at most
+    ``REPORT_MAX_BYTES`` decompressed and ``MAX_REPORT_CONTAINERS`` arrays and objects."""
+    try:
+        data = read_bytes(input_file(path, path.parent), REPORT_MAX_BYTES)
+        containers = data.count(b"[") + data.count(b"{")
+        if containers > MAX_REPORT_CONTAINERS:
+            raise CompareError(f"{path}: {containers:,} JSON arrays or objects, more than the {MAX_REPORT_CONTAINERS:,} a "
+                               f"report of at most {MAX_REPORT_ROWS:,} rows holds; not a report of `ivln-ce compare`")
+        return parse_document(data, path)
+    except CompareError:
+        raise
+    except DataFormatError as exc:
+        raise CompareError(str(exc)) from exc
 
 
 def read_side(spec: str | Path, split: str = "val_unseen", label: str | None = None) -> TourTable:

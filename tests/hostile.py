@@ -1,0 +1,110 @@
+"""The shared harness of the hostile-input tests of ``compare``, ``viz curves``, ``data perturb`` /
+``data r4r`` and ``train`` with the RL recipes: one CLI run per case, classified as the older
+fuzzers do (tests/data/test_fuzz.py, tests/viz/test_hostile_results.py).
+
+A case says what it expects: ``fail`` (the input is invalid: exit 2 with one message naming the
+damaged file or argument), ``ok`` (valid: exit 0) or ``any`` (either, e.g. a damaged field the
+command does not read). A run is a problem when it raises or returns another status
+(traceback), exits 2 without naming what the case blames (unnamed), exits 0 on an invalid
+input (wrong accept), exits 2 on a valid one (wrong refusal), takes longer than its alarm
+(hang), or allocates more than its memory bound (blow-up). Separately, every test checks that
+a canary file outside the run folder is never read into output nor changed, and that no new
+file appears outside the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import signal
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ivln_ce.cli import main
+
+CANARY = "CANARY a file outside the run folder: never read into output, never written\n"
+
+
+@dataclass
+class Case:
+    """One hostile input: ``argv(folder, outside)`` prepares the run folder (a fresh copy of the
+    base) and returns the command line; ``blame`` are the names a refusal must mention (any one)."""
+
+    name: str
+    argv: Callable[[Path, Path], list[str]]
+    expect: str = "fail"  # fail | ok | any
+    blame: tuple[str, ...] = ()
+    #: peak Python-side allocation allowed (tracemalloc; numpy reports to it), None: not measured
+    max_bytes: int | None = None
+    seconds: int = 30
+    notes: list[str] = field(default_factory=list)
+
+
+class Timeout(Exception):
+    pass
+
+
+def run_cli(argv: list[str], seconds: int = 30, measure: bool = False) -> tuple[int | str, str, str, int]:
+    """(exit status or the escaping exception, stdout, stderr, peak traced bytes) of one run."""
+
+    def alarm(signum, frame):
+        raise Timeout(f"no answer in {seconds} s")
+
+    out, err = io.StringIO(), io.StringIO()
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    peak = 0
+    if measure:
+        tracemalloc.start()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            rc: int | str = main(argv)
+    except SystemExit as exc:  # argparse's refusal of an argument it cannot parse: usage and one error line
+        rc = exc.code if isinstance(exc.code, int) else f"SystemExit: {exc.code!r}"
+    except BaseException as exc:  # what these tests look for: anything but a return
+        rc = f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        if measure:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+    return rc, out.getvalue(), err.getvalue(), peak
+
+
+def classify(case: Case, rc: int | str, out: str, err: str, peak: int) -> str | None:
+    """None when the run did what the case requires, else the kind of problem and what was seen."""
+    head = f"{case.name}"
+    if isinstance(rc, str):
+        return f"{head}: traceback or hang: {rc}"
+    if rc not in (0, 2):
+        return f"{head}: exit {rc}"
+    if "Traceback" in err:
+        return f"{head}: a traceback in the message"
+    if case.max_bytes is not None and peak > case.max_bytes:
+        return f"{head}: blow-up: {peak / 2**20:.0f} MiB allocated (bound {case.max_bytes / 2**20:.0f} MiB)"
+    if CANARY.strip() in out or CANARY.strip() in err:
+        return f"{head}: the outside file was read into the output"
+    if rc == 0 and case.expect == "fail":
+        return f"{head}: wrong accept (exit 0)"
+    if rc == 2 and case.expect == "ok":
+        return f"{head}: wrong refusal: {err.strip()[-300:]}"
+    if rc == 2:  # one error message (progress bars may share stderr)
+        lines = [ln for ln in err.replace("\r", "\n").splitlines() if ": error: " in ln]
+        if len(lines) != 1:
+            return f"{head}: exit 2 with {len(lines)} error lines instead of one message: {err.strip()[-300:]}"
+        if case.blame and not any(b in lines[0] for b in case.blame):
+            return f"{head}: unnamed error (none of {case.blame} in): {lines[0][-300:]}"
+    return None
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every regular file below ``folder`` (links not followed) and its bytes."""
+    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def listing(folder: Path) -> set[str]:
+    """Every entry directly in ``folder`` (new files beside the run folders would show here)."""
+    return {p.name for p in folder.iterdir()}
