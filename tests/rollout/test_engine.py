@@ -84,7 +84,7 @@ def test_results_do_not_depend_on_environments_per_process_or_groups(tiny_benchm
         autonomous = run(e, tours)
     assert one == many == autonomous
     # a tick decides one group: at most its environments, never a stream twice
-    group_envs = [{i for i in range(num_envs) if (proc := _process_of(i, num_envs, per_worker)) % groups == g} for g in range(groups)]
+    group_envs = [{i for i in range(num_envs) if _process_of(i, num_envs, per_worker) % groups == g} for g in range(groups)]
     for tick in seen:
         envs = {v.worker for v in tick}
         assert len(envs) == len(tick) and any(envs <= g for g in group_envs)
