@@ -201,15 +201,19 @@ def compare_layouts(kind: str, name: str, base: list[str], layouts: list[tuple[i
             print(f"{name} {kind} {layout_name(*lay)} (run {rep + 1}): {r['steps']} steps in {r['wall']:.2f} s -> "
                   f"{rates[lay][-1]:.1f} steps/s{busy}", flush=True)
     out = {}
-    print(f"\n{name} {kind}: steps/s min/median/max over {args.repeat} run(s), median ratio to K:1:1 at the same K")
+    base = min(k for k, _, _ in todo)  # today's layout at the smallest K: the "today's K = 2" when K = 2 is the smallest
+    print(f"\n{name} {kind}: steps/s min/median/max over {args.repeat} run(s), median ratio to K:1:1 at the same K "
+          f"and to today's K={base}")
     for lay in todo:
         med = statistics.median(rates[lay])
         today = statistics.median(rates[(lay[0], 1, 1)])
         lat = last[lay].get("latency") or {}
+        smallest = statistics.median(rates[(base, 1, 1)])
         print(f"  {layout_name(*lay):>16}: {min(rates[lay]):8.1f} / {med:8.1f} / {max(rates[lay]):8.1f} steps/s  "
-              f"{med / today:5.2f}x  per tick {lat.get('ms_per_tick')}")
+              f"{med / today:5.2f}x same K, {med / smallest:5.2f}x K={base}  per tick {lat.get('ms_per_tick')}")
         out[layout_name(*lay)] = {"steps": last[lay]["steps"], "steps_per_s": [round(x, 2) for x in rates[lay]],
-                                  "median_ratio_to_today": round(med / today, 3), "latency": lat or None,
+                                  "median_ratio_to_today": round(med / today, 3),
+                                  f"median_ratio_to_today_K{base}": round(med / smallest, 3), "latency": lat or None,
                                   "gpu_busy": last[lay].get("gpu_busy")}
     print()
     return out
