@@ -28,10 +28,9 @@ def _check_part(part: str, root: Path) -> None:
         raise UnsafePath(f"{part!r} cannot name an entry of {root}")
 
 
-def inside(root: str | Path, *parts: str) -> Path:
-    """``root / parts`` after checking that no part is empty, ``..`` or a separator and that no
-    existing entry below ``root`` on the way is a symbolic link."""
-    root = Path(root)
+def _levels(root: Path, parts: tuple[str, ...]):
+    """Each path from ``root`` down to ``root / parts``, one level at a time, refusing a part
+    that is empty, ``..`` or a separator and an existing level that is a symbolic link."""
     path = root
     for part in parts:
         for piece in str(part).split("/"):
@@ -39,6 +38,15 @@ def inside(root: str | Path, *parts: str) -> Path:
             path = path / piece
             if path.is_symlink():
                 raise UnsafePath(f"{path}: is a symbolic link; refusing to follow links inside {root}")
+            yield path
+
+
+def inside(root: str | Path, *parts: str) -> Path:
+    """``root / parts`` after checking that no part is empty, ``..`` or a separator and that no
+    existing entry below ``root`` on the way is a symbolic link."""
+    path = root = Path(root)
+    for path in _levels(root, parts):
+        pass
     return path
 
 
@@ -47,17 +55,12 @@ def make_dirs(root: str | Path, *parts: str) -> Path:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     path = root
-    for part in parts:
-        for piece in str(part).split("/"):
-            _check_part(piece, root)
-            path = path / piece
-            if path.is_symlink():
-                raise UnsafePath(f"{path}: is a symbolic link; refusing to follow links inside {root}")
-            try:
-                path.mkdir()
-            except FileExistsError:
-                if not path.is_dir() or path.is_symlink():
-                    raise UnsafePath(f"{path}: exists and is not a folder") from None
+    for path in _levels(root, parts):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            if not path.is_dir() or path.is_symlink():
+                raise UnsafePath(f"{path}: exists and is not a folder") from None
     return path
 
 

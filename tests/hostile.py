@@ -105,6 +105,50 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
+def entries(folder: Path) -> dict[str, bytes | None]:
+    """Every entry below ``folder`` (links not followed): files with their bytes, the rest None
+    (a new folder or link shows too)."""
+    return {str(p): (p.read_bytes() if p.is_file() and not p.is_symlink() else None) for p in folder.rglob("*")}
+
+
+# --------------------------------------------------------------------------- forging JSON documents
+
+
+def deep(levels: int) -> list:
+    """A list nested ``levels`` deep (parsers that recurse fail on it)."""
+    out: list = []
+    for _ in range(levels):
+        out = [out]
+    return out
+
+
+def nodes(doc, path=(), limit: int = 20, skip: tuple[str, ...] = ()):
+    """Every (path, value) of a JSON document, containers first: the first ``limit`` items of a
+    list, every key of an object but those in ``skip``."""
+    yield path, doc
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k not in skip:
+                yield from nodes(v, path + (k,), limit, skip)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:limit]):
+            yield from nodes(v, path + (i,), limit, skip)
+
+
+def set_at(doc, path, value, delete=False):
+    """``doc`` with the value at ``path`` replaced (or deleted); the root is replaced by returning ``value``."""
+    if not path:
+        return value
+    parent = doc
+    for p in path[:-1]:
+        parent = parent[p]
+    if delete:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
 def listing(folder: Path) -> set[str]:
     """Every entry directly in ``folder`` (new files beside the run folders would show here)."""
     return {p.name for p in folder.iterdir()}

@@ -23,7 +23,7 @@ import pytest
 
 from tests.data.test_perturb import dataset as perturb_dataset
 from tests.data.test_r4r import dataset as r4r_dataset
-from tests.hostile import CANARY, Case, classify, listing, run_cli, snapshot
+from tests.hostile import CANARY, Case, classify, listing, nodes, run_cli, snapshot
 
 SEED = 20260313
 PERTURB_IN, R4R_IN = "in/split.json.gz", "in/hand.json.gz"
@@ -75,22 +75,11 @@ def file_case(cmd: str, name: str, change, expect: str = "fail") -> Case:
     return Case(f"{cmd}: {name}", argv, expect, (Path(rel).name,))
 
 
-def nodes(doc, path=()):
-    yield path, doc
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            if k != "instruction_vocab":
-                yield from nodes(v, path + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc[:8]):
-            yield from nodes(v, path + (i,))
-
-
 def tree_case(cmd: str, seed: int) -> Case:
     def change(raw):
         rng = np.random.default_rng(seed)
         for _ in range(int(rng.integers(1, 3))):
-            all_nodes = [p for p in nodes(raw) if p[0]]
+            all_nodes = [p for p in nodes(raw, limit=8, skip=("instruction_vocab",)) if p[0]]
             path, _ = all_nodes[int(rng.integers(len(all_nodes)))]
             parent = raw
             for p in path[:-1]:

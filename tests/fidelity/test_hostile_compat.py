@@ -24,7 +24,6 @@ import json
 import math
 import os
 import shutil
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -35,6 +34,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ivln_ce.cli import main  # noqa: E402
+from tests import hostile  # noqa: E402
+from tests.hostile import entries as snapshot  # noqa: E402
 
 SEED = 20260311
 CANARY = "a file outside the run folder: never read into an output, never written\n"
@@ -101,34 +102,10 @@ def base(tiny_benchmark, tmp_path_factory) -> Base:
 # --------------------------------------------------------------------------- running and classifying
 
 
-class Timeout(Exception):
-    pass
-
-
 def run_cli(argv: list[str], seconds: int = 60) -> tuple[int | str, str]:
-    """(exit status or the escaping exception, stderr) of one CLI run, with an alarm against hangs."""
-
-    def alarm(signum, frame):
-        raise Timeout(f"no answer in {seconds} s")
-
-    err = io.StringIO()
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            rc: int | str = main(argv)
-    except BaseException as exc:  # the failure looked for: anything but a return
-        rc = f"{type(exc).__name__}: {str(exc)[:300]}"
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    return rc, err.getvalue()
-
-
-def snapshot(folder: Path) -> dict[str, bytes | None]:
-    """Every entry below ``folder`` (links not followed): files with their bytes, the rest None."""
-    return {str(p): (p.read_bytes() if p.is_file() and not p.is_symlink() else None) for p in folder.rglob("*")}
-
+    """(exit status or the escaping exception, stderr) of one CLI run (``tests.hostile``)."""
+    rc, _, err, _ = hostile.run_cli(argv, seconds)
+    return rc, err
 
 @dataclass
 class Work:

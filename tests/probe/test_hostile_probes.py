@@ -18,14 +18,11 @@ sample; the full set is marked slow.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import math
 import os
 import shutil
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -35,9 +32,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from ivln_ce.cli import main  # noqa: E402
 from ivln_ce.fingerprint import digest  # noqa: E402
 
+from tests import hostile  # noqa: E402
+from tests.hostile import deep, set_at, snapshot  # noqa: E402
 from tests.probe import handmade  # noqa: E402
 
 SEED = 20260314
@@ -60,73 +58,16 @@ def put_json(path: Path, doc, sealed: bool = False) -> None:
     put(path, json.dumps(seal(doc) if sealed else doc))
 
 
-def deep(levels: int) -> list:
-    out: list = []
-    for _ in range(levels):
-        out = [out]
-    return out
-
-
 #: values a damaged or forged JSON file may hold where a number, string or object is expected
 HOSTILE_JSON = ["x", "", -1, 0, 5, -1e308, 1e308, math.nan, math.inf, 10**30, True, None, [], {}, [[[0.25]]],
                 {"a": {"b": [1]}}, "../../../../etc/passwd", "/etc/passwd", "<!-- </script>", "\ud800", deep(40),
                 list(range(50)), "9" * 5000]
 
 
-def nodes(doc, path=()):
-    yield path, doc
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from nodes(v, path + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc[:12]):
-            yield from nodes(v, path + (i,))
-
-
-def set_at(doc, path, value, delete=False):
-    if not path:
-        return value
-    parent = doc
-    for p in path[:-1]:
-        parent = parent[p]
-    if delete:
-        del parent[path[-1]]
-    else:
-        parent[path[-1]] = value
-    return doc
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every entry below ``folder`` (links not followed): files with their bytes, the rest by kind."""
-    out = {}
-    for p in folder.rglob("*"):
-        out[str(p)] = p.read_bytes() if p.is_file() and not p.is_symlink() else (b"link" if p.is_symlink() else b"dir")
-    return out
-
-
-class Timeout(Exception):
-    pass
-
-
 def run_cli(argv: list[str], seconds: int = 60) -> tuple[int | str, str, str]:
-    """(exit status or the escaping exception, stdout, stderr) of one CLI run, with an alarm against hangs."""
-
-    def alarm(signum, frame):
-        raise Timeout(f"no answer in {seconds} s")
-
-    out, err = io.StringIO(), io.StringIO()
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            rc: int | str = main(argv)
-    except BaseException as exc:  # the failure looked for: anything but a return
-        rc = f"{type(exc).__name__}: {str(exc)[:300]}"
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    return rc, out.getvalue(), err.getvalue()
-
+    """(exit status or the escaping exception, stdout, stderr) of one CLI run (``tests.hostile``)."""
+    rc, out, err, _ = hostile.run_cli(argv, seconds)
+    return rc, out, err
 
 def classify(name: str, cmd: str, rc, err: str, blame: tuple[str, ...], expect: str) -> str | None:
     """None when the outcome is allowed; else what is wrong (the fuzzers' four classes)."""
@@ -181,7 +122,7 @@ def results_tree_case(seed: int, sealed: bool) -> Case:
         original = json.dumps(doc, sort_keys=True)
         body = {k: v for k, v in doc.items() if k != "checksum"}
         for _ in range(int(rng.integers(1, 4))):
-            every = list(nodes(body))
+            every = list(hostile.nodes(body, limit=12))
             path, _ = every[int(rng.integers(1, len(every)))]
             if rng.random() < 0.25:
                 body = set_at(body, path, None, delete=True)
@@ -328,7 +269,7 @@ def build_tree_case(rel: str, seed: int) -> Case:
         f = build / rel
         doc = json.loads(f.read_text())
         for _ in range(int(rng.integers(1, 3))):
-            every = list(nodes(doc))
+            every = list(hostile.nodes(doc, limit=12))
             path, _ = every[int(rng.integers(1, len(every)))]
             doc = set_at(doc, path, HOSTILE_JSON[int(rng.integers(len(HOSTILE_JSON)))])
         put_json(f, doc)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.hostile import CANARY, Case, classify, listing, run_cli, snapshot
+from tests.hostile import CANARY, Case, classify, listing, nodes, run_cli, set_at, snapshot
 from tests.viz.test_paired import FULL, LAST5, TNDTW_FULL, TNDTW_LAST5, write_eval
 
 SEED = 20260311
@@ -58,26 +58,6 @@ def edit_json(path: Path, change) -> None:
 def put(path: Path, data: bytes) -> None:
     path.unlink(missing_ok=True)
     path.write_bytes(data)
-
-
-def nodes(doc, path=()):
-    yield path, doc
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from nodes(v, path + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc[:12]):
-            yield from nodes(v, path + (i,))
-
-
-def set_at(doc, path, value):
-    if not path:
-        return value
-    parent = doc
-    for p in path[:-1]:
-        parent = parent[p]
-    parent[path[-1]] = value
-    return doc
 
 
 def report_argv(folder: Path, contrast: bool = False) -> list[str]:
@@ -128,7 +108,7 @@ def tree_case(rel: str, seed: int) -> Case:
         rng = np.random.default_rng(seed)
         doc = json.loads((folder / rel).read_text())
         for _ in range(int(rng.integers(1, 4))):
-            all_nodes = list(nodes(doc))
+            all_nodes = list(nodes(doc, limit=12))
             path, _ = all_nodes[int(rng.integers(len(all_nodes)))]
             doc = set_at(doc, path, HOSTILE[int(rng.integers(len(HOSTILE)))])
         put(folder / rel, json.dumps(doc).encode())

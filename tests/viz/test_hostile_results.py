@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from ivln_ce.cli import main
+from tests.hostile import deep, nodes, set_at, snapshot
 from tests.viz.conftest import SMALL_RUN as RUN
 from tests.viz.conftest import SMALL_TOUR as TOUR
 
@@ -71,13 +72,6 @@ def forged_jpeg(width: int, height: int) -> bytes:
     """SOI, a baseline SOF0 declaring width x height (3 components), then nothing decodable."""
     sof = b"\x08" + height.to_bytes(2, "big") + width.to_bytes(2, "big") + b"\x03" + b"\x01\x22\x00\x02\x11\x01\x03\x11\x01"
     return b"\xff\xd8" + b"\xff\xc0" + (len(sof) + 2).to_bytes(2, "big") + sof + b"\xff\xd9"
-
-
-def deep(levels: int) -> list:
-    out: list = []
-    for _ in range(levels):
-        out = [out]
-    return out
 
 
 #: values a damaged or forged JSON file may hold where a number, string or object is expected
@@ -136,30 +130,6 @@ def reading(rel: str) -> tuple[str, ...]:
 
 def json_files(base: Path) -> list[str]:
     return sorted(str(p.relative_to(base)) for p in base.rglob("*.json"))
-
-
-def nodes(doc, path=()):
-    """Every (path, value) of a JSON document, containers first."""
-    yield path, doc
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from nodes(v, path + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc[:20]):
-            yield from nodes(v, path + (i,))
-
-
-def set_at(doc, path, value, delete=False):
-    if not path:
-        return value
-    parent = doc
-    for p in path[:-1]:
-        parent = parent[p]
-    if delete:
-        del parent[path[-1]]
-    else:
-        parent[path[-1]] = value
-    return doc
 
 
 def tree_case(rel: str, seed: int) -> Case:
@@ -379,11 +349,6 @@ def commands(results: Path, work: Path) -> dict[str, list[str]]:
         "maps": ["viz", "maps", "--results", str(results), "--out", str(work / "maps")],
         "table": ["viz", "table", str(results)],
     }
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every regular file below ``folder`` (links not followed) and its bytes."""
-    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
 @pytest.mark.parametrize("stride", [3, pytest.param(1, marks=pytest.mark.slow)], ids=["every-third-case", "every-case"])
