@@ -612,18 +612,19 @@ def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_pr
         stats = EngineStats.combined([EngineStats(**s) for s, _ in parts])
         workers = [{**w, "rank": r} for r, (_, ws) in enumerate(parts) for w in ws]
     summary = gather(cfg, split, paths, fp, stats, workers, plan,
-                     run_record(cfg, stats, len(mine), started, world_size if distributed else 1))
+                     run_record(cfg, stats, len(plan.todo), len(mine), started, world_size if distributed else 1))
     return summary
 
 
-def run_record(cfg: DictConfig, stats: EngineStats, computed: int, started: float, ranks: int) -> dict[str, Any]:
+def run_record(cfg: DictConfig, stats: EngineStats, computed: int, mine: int, started: float, ranks: int) -> dict[str, Any]:
     """How long the evaluation took and on what (summary and manifest): "hours per checkpoint"
-    as a number. ``wall_s`` runs from loading the split to the written outputs (this process);
-    ``rollout_wall_s`` and ``steps_per_s`` cover the tours computed now (reused ones cost nothing)."""
+    as a number. ``wall_s`` runs from loading the split to the written outputs (rank 0);
+    ``rollout_wall_s`` and ``steps_per_s`` cover the tours computed now by every rank (reused
+    ones cost nothing); environments, processes and groups are per rank (rank 0's ``mine`` tours)."""
     from ivln_ce.rollout.cpus import device_description
 
     device = resolve_device(cfg)
-    k = min(int(cfg.eval.num_envs), max(1, computed))
+    k = min(int(cfg.eval.num_envs), max(1, mine))
     return {
         "device": device_description(device),
         "ranks": ranks,

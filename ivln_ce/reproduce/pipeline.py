@@ -314,7 +314,8 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
                 cfg = load_config(None, base + list(stage.overrides) + warm)
                 t = time.perf_counter()
                 summary = _train_one(cfg, stage.folder, log, progress)
-                ckpt = finals[stage.name] = _final_checkpoint(summary, stage.folder)
+                finals[stage.name] = _final_checkpoint(summary, stage.folder)
+                ckpt = finals[stage.name]  # the evaluations below take the last stage's
                 log(f"{run.key} seed {seed}: {stage.name} done ({summary['optimizer_steps']} steps, {summary['episodes_collected']} "
                     f"episodes; {time.perf_counter() - t:.0f} s this run) -> {stage.folder.name}/{ckpt.name}")
                 results["fingerprints"][f"{run.key}/seed{seed}/{stage.folder.name}"] = summary["fingerprint"]
@@ -366,9 +367,9 @@ def write_readme(out: Path, table: str, scale_name: str, scale: Scale, seeds: in
         "",
         f"Scale `{scale_name}`: benchmark preset `{scale.preset}`, {scale.size} px frames, {scale.epochs} epochs over "
         f"{scale.update_size or 'all'} collected episodes per model, batch {scale.batch_size}, {scale.num_envs} environments; "
-        + (f"MAP-CMA teacher-forced on `{scale.map_tf_split}`" + (
+        + ((f"MAP-CMA teacher-forced on `{scale.map_tf_split}`" + (
             f", then {scale.ft_rounds} DAgger rounds of {scale.ft_update_size} `train` episodes, {scale.ft_epochs} epochs each, "
-            f"p = {scale.ft_p}; " if scale.ft_rounds else "; "))
+            f"p = {scale.ft_p}; " if scale.ft_rounds else "; ")) if table in ("table4", "all") else "")
         + f"RedNet-18 {scale.rednet_epochs} epochs on {scale.rednet_frames} frames per train house; evaluated on "
         + (f"the first {scale.eval_tours} tours of each split" if scale.eval_tours else "every tour of each split")
         + f". The reference rows are the scripted {' and '.join(REFERENCE_AGENTS)} agents on the same tours.",

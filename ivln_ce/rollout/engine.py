@@ -131,6 +131,9 @@ class RolloutEngine:
         for name, value in (("num_envs", num_envs), ("envs_per_worker", envs_per_worker), ("groups", groups)):
             if int(value) < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if int(envs_per_worker) > 1 and getattr(as_dataclass(simulator).backend, "value", "embedded") != "embedded":
+            raise ValueError(f"envs_per_worker={envs_per_worker}: only the embedded simulator runs several environments in one "
+                             "process (habitat-sim supports one Simulator per process); use envs_per_worker=1")
         self.items = list(items)
         self.num_envs = int(num_envs)
         self.envs_per_worker = int(envs_per_worker)
@@ -184,9 +187,14 @@ class RolloutEngine:
             self.close()
             raise
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
+        """Close the workers; ``force`` (after an error) terminates them at once: a worker may be
+        blocked sending a reply nobody will read."""
         for w in self.workers:  # ask every worker first, so they shut down in parallel
-            w.request_close()
+            if force:
+                w.process.terminate()
+            else:
+                w.request_close()
         for w in self.workers:
             w.close()
         self.workers = []
@@ -196,8 +204,8 @@ class RolloutEngine:
     def __enter__(self) -> "RolloutEngine":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(force=exc_type is not None)
 
     def _new_stream(self, tour_id: str) -> str:
         self._streams += 1
@@ -240,23 +248,26 @@ class RolloutEngine:
             self.stats.wall_s += time.perf_counter() - t0
 
     def _run_autonomous(self, queue: deque, on_tour, on_progress) -> None:
+        """Each process runs one whole tour at a time in its first environment: a process steps
+        its environments one after another, so more tours in flight would only queue (and
+        deal the longest tours to one process)."""
         if self._spec["agent"] is None:
             raise ValueError("decide=None needs a scripted agent in the workers (agent=...)")
-        busy: dict[int, int] = {}  # process index -> tours it is running
+        busy: set[int] = set()
 
-        def deal(w: EnvWorker, slot: int) -> None:
+        def deal(w: EnvWorker) -> None:
             k = queue.popleft()
-            w.tours[slot] = self.items[k].tour.tour_id
-            w.send("run_tour", slot, k)
-            busy[w.index] = busy.get(w.index, 0) + 1
+            w.tours[0] = self.items[k].tour.tour_id
+            w.send("run_tour", 0, k)
+            busy.add(w.index)
 
-        for w, slot in self._envs:
+        for w in self.workers:
             if queue:
-                deal(w, slot)
+                deal(w)
         while busy:
-            for w, msg in receive_any([w for w in self.workers if busy.get(w.index)]):
+            for w, msg in receive_any([w for w in self.workers if w.index in busy]):
                 _, slot, result, st = msg
-                busy[w.index] -= 1
+                busy.discard(w.index)
                 w.tours.pop(slot, None)
                 self.stats.env_steps += st["steps"]
                 self.stats.env_ms += st["env_ms"]
@@ -269,9 +280,7 @@ class RolloutEngine:
                 if on_progress is not None:
                     on_progress(result, st["steps"])
                 if queue:
-                    deal(w, slot)
-                if not busy[w.index]:
-                    del busy[w.index]
+                    deal(w)
 
     def _view(self, env: int, stream: str, tour_index: int, payload: dict, first: bool) -> StreamView:
         item = self.items[tour_index]
@@ -283,8 +292,8 @@ class RolloutEngine:
         scripted = self._spec["agent"] is not None
         first_env = self._first_env
 
-        def begin(w: EnvWorker, slots: Sequence[int]) -> None:
-            """Reset the given slots of ``w`` to the next tours of the queue (one message)."""
+        def deal(w: EnvWorker, slots: Sequence[int]) -> list[tuple[int, int]]:
+            """Send the next tours of the queue to the given slots of ``w`` (one message)."""
             dealt = []
             for slot in slots:
                 if not queue:
@@ -292,18 +301,23 @@ class RolloutEngine:
                 k = queue.popleft()
                 w.tours[slot] = self.items[k].tour.tour_id
                 dealt.append((slot, k))
-            if not dealt:
-                return
-            w.send("reset_many", dealt)
-            _, replies = w.receive()
-            tour_of = dict(dealt)
-            for slot, payload in replies:
-                env = first_env[w.index] + slot
-                k = tour_of[slot]
-                active[env] = self._view(env, self._new_stream(w.tours[slot]), k, payload, True)
+            if dealt:
+                w.send("reset_many", dealt)
+            return dealt
 
-        for w in self.workers:
-            begin(w, range(w.envs))
+        def begin(dealt: dict[int, list[tuple[int, int]]]) -> None:
+            """Receive the first observations of the tours just dealt (every process resets in parallel)."""
+            for i, pairs in dealt.items():
+                if not pairs:
+                    continue
+                w = self.workers[i]
+                _, replies = w.receive()
+                tour_of = dict(pairs)
+                for slot, payload in replies:
+                    env = first_env[w.index] + slot
+                    active[env] = self._view(env, self._new_stream(w.tours[slot]), tour_of[slot], payload, True)
+
+        begin({w.index: deal(w, range(w.envs)) for w in self.workers})
         groups = [[w for w in self.workers if w.index % self.groups == g] for g in range(min(self.groups, len(self.workers)))]
         pending: set[int] = set()  # processes with a step request outstanding
 
@@ -319,6 +333,7 @@ class RolloutEngine:
                     replies[w.index] = msg[1]
                 waiting = [w for w in waiting if w.index not in replies]
             self.stats.wait_ms += 1e3 * (time.perf_counter() - t)
+            refills: dict[int, list[tuple[int, int]]] = {}
             for w in members:
                 if w.index not in replies:
                     continue
@@ -348,7 +363,8 @@ class RolloutEngine:
                         active[env] = self._view(env, v.stream_id, v.tour_index, payload, False)
                         if on_progress is not None:
                             on_progress(None, 1)
-                begin(w, ended)
+                refills[w.index] = deal(w, ended)
+            begin(refills)
 
         def tick(members: list[EnvWorker]) -> None:
             """Decide the group's active streams and send their steps."""

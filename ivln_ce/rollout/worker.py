@@ -2,8 +2,9 @@
 
 Each worker process owns ``envs`` environments (slots; one simulator and one ``TourEnv``
 each) and runs whole tours, one at a time per slot; a tour never splits across
-environments. Slots of one process share its scene and navigation caches and its GL context,
-so the number of environments can exceed the number of cores. The parent talks to it over a
+environments. Slots of one process share its scene and navigation caches and its GL context
+(embedded backend), so the number of environments can exceed the number of cores; a slot's
+environment is made when it is first used. The parent talks to it over a
 pipe, always with at most one request outstanding per process:
 
 * ``("reset_many", [(slot, tour_index), ...])`` -> ``("obs_many", [(slot, payload), ...])``:
@@ -12,7 +13,8 @@ pipe, always with at most one request outstanding per process:
   ``action=None`` lets the slot's scripted agent choose (oracle, random, ...), which needs the
   simulator and so runs here;
 * ``("run_tour", slot, tour_index)`` -> ``("tour", slot, TourResult, stats)``: a scripted
-  agent runs the whole tour here without a message per step (no lockstep with other workers);
+  agent runs the whole tour here without a message per step (no lockstep with other workers;
+  the engine keeps one such tour in flight per process, in slot 0);
 * ``("close",)``.
 
 A payload holds the requested observation arrays, the step's info (the path logs stripped;
@@ -168,15 +170,22 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
     start-up (``("init", items, references)``), not as process arguments: a child that dies
     while starting then shows as a broken pipe in the parent instead of a blocked write."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
-    runners: list[_Runner] = []
+    runners: dict[int, _Runner] = {}
+
+    def runner(slot: int) -> _Runner:
+        """The slot's environment, made on its first use (a process running whole tours uses one)."""
+        if not 0 <= slot < spec.envs:
+            raise ValueError(f"worker {spec.index} has slots 0..{spec.envs - 1}, not {slot}")
+        if slot not in runners:
+            runners[slot] = _Runner(spec, spec.seed + slot)
+        return runners[slot]
+
     try:
         cmd = conn.recv()
         if cmd[0] != "init":
             raise ValueError(f"worker expected 'init' first, got {cmd[0]!r}")
         spec.items, spec.references = cmd[1], cmd[2]
-        for slot in range(spec.envs):
-            runners.append(_Runner(spec, spec.seed + slot))
-        sim = runners[0].sim
+        sim = runner(0).sim
         conn.send(("ready", {"pid": os.getpid(), "seeds": [spec.seed + j for j in range(spec.envs)],
                              "torch_loaded": "torch" in sys.modules,
                              "navmesh": getattr(sim, "navmesh_source", None), "sim_version": getattr(sim, "version", None)}))
@@ -186,11 +195,11 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
             if kind == "close":
                 break
             if kind == "reset_many":
-                conn.send(("obs_many", [(slot, runners[slot].reset(k)) for slot, k in cmd[1]]))
+                conn.send(("obs_many", [(slot, runner(slot).reset(k)) for slot, k in cmd[1]]))
             elif kind == "step_many":
-                conn.send(("obs_many", [(slot, runners[slot].step(a)) for slot, a in cmd[1]]))
+                conn.send(("obs_many", [(slot, runner(slot).step(a)) for slot, a in cmd[1]]))
             elif kind == "run_tour":
-                result, stats = runners[cmd[1]].run_tour(cmd[2])
+                result, stats = runner(cmd[1]).run_tour(cmd[2])
                 conn.send(("tour", cmd[1], result, stats))
             elif kind == "crash":  # for tests: die the way a segfaulting renderer would
                 os._exit(int(cmd[1]))
@@ -207,8 +216,8 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
             pass
         sys.exit(1)
     finally:
-        for runner in runners:
-            runner.close()
+        for r in runners.values():
+            r.close()
 
 
 @contextlib.contextmanager

@@ -151,7 +151,9 @@ class NavGrid:
     def distance_field(self, goal: Sequence[float]) -> np.ndarray:
         """Geodesic distance (m) from every cell centre to ``goal``; inf where unreachable."""
         goal = np.asarray(goal, dtype=np.float64)
-        key = (round(float(goal[0]), 3), round(float(goal[2]), 3))  # Python floats: numpy scalar rounding is slow
+        # the exact goal: a field of a goal 1 mm away is another field, and with the grid shared by
+        # a worker's environments a rounded key would make distances depend on who asked first
+        key = (float(goal[0]), float(goal[2]))
         field = self._fields.get(key)
         if field is not None:
             self._fields.move_to_end(key)

@@ -187,8 +187,8 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     for key in COSMETIC_TRAIN_KEYS:
         if key == "train.num_envs" and (cfg.train.bn_train_mode or p6):
             continue  # under T3 the workers share BatchNorm statistics, under P6 they make the chains: what is collected
-        if key == "train.groups" and cfg.train.bn_train_mode:
-            continue  # under T3 a group is a BatchNorm batch
+        if key in ("train.groups", "train.envs_per_worker") and cfg.train.bn_train_mode:
+            continue  # under T3 a group (made of worker processes) is a BatchNorm batch
         fpr._drop(tree, key)
     config["train"] = tree.get("train", {})
     for key in ("eval",):

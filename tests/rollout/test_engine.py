@@ -127,6 +127,29 @@ def test_longest_first_deals_tours_with_more_episodes_first(tiny_benchmark):
     assert list(engine(cfg, split, num_envs=1).schedule([2, 0, 1])) == [2, 0, 1]  # as given otherwise
 
 
+def test_several_environments_per_process_need_the_embedded_simulator(tiny_benchmark):
+    cfg, split = setup(tiny_benchmark, "simulator.backend=habitat")
+    with pytest.raises(ValueError, match="only the embedded simulator"):
+        engine(cfg, split, num_envs=4, envs_per_worker=2)
+    engine(cfg, split, num_envs=4, envs_per_worker=1)  # one per process: habitat-sim's own rule
+
+
+def test_whole_tours_run_one_at_a_time_per_process(tiny_benchmark):
+    """Without per-step decisions a process runs one tour at a time (its first environment):
+    more in flight would only queue behind it."""
+    cfg, split = setup(tiny_benchmark, "env.max_agent_steps=3", "env.oracle_step_limit=3")
+    with engine(cfg, split, num_envs=4, envs_per_worker=2) as e:
+        e.start()
+        sent = []
+        for w in e.workers:
+            real = w.send
+            w.send = (lambda real, i: lambda *cmd: (sent.append((i, cmd)), real(*cmd))[1])(real, w.index)
+        done = run(e, list(range(len(split.items))))
+    assert sorted(done) == sorted(it.tour.tour_id for it in split.items)
+    tours = [(i, cmd) for i, cmd in sent if cmd[0] == "run_tour"]
+    assert len(tours) == len(split.items) and all(cmd[1] == 0 for _, cmd in tours)
+
+
 def test_layout_spreads_environments_evenly():
     assert RolloutEngine.layout(5, 3) == [3, 2] and RolloutEngine.layout(7, 2) == [2, 2, 2, 1]
     assert RolloutEngine.layout(4, 1) == [1, 1, 1, 1] and RolloutEngine.layout(3, 8) == [3]

@@ -562,6 +562,10 @@ def test_training_fingerprint_counts_the_number_of_environments_only_under_t3_an
 
     assert fp("train.num_envs=1") == fp("train.num_envs=3")  # eval-mode collection does not depend on it
     assert fp("train.bn_train_mode=true", "train.num_envs=1") != fp("train.bn_train_mode=true", "train.num_envs=3")
+    # the layout of the environments changes nothing collected, except under T3 where a group is a BatchNorm batch
+    for key, a, b in (("train.envs_per_worker", 1, 2), ("train.groups", 1, 2)):
+        assert fp(f"{key}={a}") == fp(f"{key}={b}")
+        assert fp("train.bn_train_mode=true", f"{key}={a}") != fp("train.bn_train_mode=true", f"{key}={b}")
     assert fp("train.lr=1e-3") != fp("train.lr=2e-3")
     p6 = ["policy.name=map_cma", "simulator.sensors=[depth,semantic]", "mapping.mode=iterative", "train.p=0.5",
           "train.itmaps_ft_on_tours=false"]
