@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 import signal
 import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from ivln_ce.cli import main
 
@@ -98,6 +101,39 @@ def classify(case: Case, rc: int | str, out: str, err: str, peak: int) -> str | 
         if case.blame and not any(b in lines[0] for b in case.blame):
             return f"{head}: unnamed error (none of {case.blame} in): {lines[0][-300:]}"
     return None
+
+
+def run_cases(cases: list[Case], base: Path, tmp_path: Path, outside: Path,
+              check: Callable[[Case, Path, int | str], None] | None = None) -> list[str]:
+    """Run every case on a fresh copy of ``base`` (``tmp_path/case{k}``, removed after): the
+    problems ``classify`` finds; asserts that nothing outside the copy changed or appeared.
+    ``check(case, folder, rc)`` looks at the copy before it is removed."""
+    before, around = snapshot(outside), listing(tmp_path)
+    problems = []
+    for k, case in enumerate(cases):
+        folder = tmp_path / f"case{k}"
+        shutil.copytree(base, folder)
+        rc, out, err, peak = run_cli(case.argv(folder, outside), case.seconds, measure=case.max_bytes is not None)
+        problem = classify(case, rc, out, err, peak)
+        if problem:
+            problems.append(problem)
+        if check is not None:
+            check(case, folder, rc)
+        assert snapshot(outside) == before, f"{case.name}: a file outside the run folder changed"
+        assert listing(tmp_path) == around | {folder.name}, f"{case.name}: a file appeared outside the run folder"
+        shutil.rmtree(folder)
+    return problems
+
+
+def damage_bytes(data: bytes, seed: int, kind: str, flips: int = 8) -> bytes:
+    """``data`` cut at a random length (``truncate``) or with ``flips`` random bytes flipped (otherwise)."""
+    rng = np.random.default_rng(seed)
+    out = bytearray(data)
+    if kind == "truncate":
+        return bytes(out[: int(rng.integers(0, len(out)))])
+    for i in rng.integers(0, len(out), flips):
+        out[int(i)] ^= int(rng.integers(1, 256))
+    return bytes(out)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -194,16 +194,11 @@ def put(path: Path, data: bytes | str) -> None:
 
 
 def flip(path: Path, seed: int, n: int = 8) -> None:
-    rng = np.random.default_rng(seed)
-    data = bytearray(path.read_bytes())
-    for i in rng.integers(0, len(data), n):
-        data[int(i)] ^= int(rng.integers(1, 256))
-    put(path, bytes(data))
+    put(path, hostile.damage_bytes(path.read_bytes(), seed, "flip", flips=n))
 
 
 def truncate(path: Path, seed: int) -> None:
-    data = path.read_bytes()
-    put(path, data[: int(np.random.default_rng(seed).integers(0, len(data)))])
+    put(path, hostile.damage_bytes(path.read_bytes(), seed, "truncate"))
 
 
 def replace_with(path: Path, what: str, outside: Path) -> None:

@@ -35,7 +35,7 @@ pytest.importorskip("matplotlib")
 from ivln_ce.fingerprint import digest  # noqa: E402
 
 from tests import hostile  # noqa: E402
-from tests.hostile import deep, set_at, snapshot  # noqa: E402
+from tests.hostile import damage_bytes, deep, set_at, snapshot  # noqa: E402
 from tests.probe import handmade  # noqa: E402
 
 SEED = 20260314
@@ -227,15 +227,8 @@ def top_level_case(label: str, edit: Callable[[dict], None], sealed: bool = True
 
 def bytes_case(where: str, rel: str, seed: int, kind: str, commands=("tables", "figures", "report")) -> Case:
     def apply(run: Path, build: Path, outside: Path) -> tuple[str, ...]:
-        rng = np.random.default_rng(seed)
         f = (run if where == "run" else build) / rel
-        data = bytearray(f.read_bytes())
-        if kind == "truncate":
-            data = data[: int(rng.integers(0, len(data)))]
-        else:
-            for i in rng.integers(0, len(data), 8):
-                data[i] ^= int(rng.integers(1, 256))
-        put(f, bytes(data))
+        put(f, damage_bytes(f.read_bytes(), seed, kind))
         return (Path(rel).name,)
 
     return Case(f"{where}/{rel}: {kind} {seed}", apply, "any", commands)

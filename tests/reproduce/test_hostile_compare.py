@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.hostile import CANARY, Case, classify, listing, nodes, run_cli, set_at, snapshot
+from tests.hostile import CANARY, Case, damage_bytes, nodes, run_cases, run_cli, set_at
 from tests.viz.test_paired import FULL, LAST5, TNDTW_FULL, TNDTW_LAST5, write_eval
 
 SEED = 20260311
@@ -119,14 +119,7 @@ def tree_case(rel: str, seed: int) -> Case:
 
 def bytes_case(rel: str, seed: int, kind: str) -> Case:
     def argv(folder: Path, outside: Path) -> list[str]:
-        rng = np.random.default_rng(seed)
-        data = bytearray((folder / rel).read_bytes())
-        if kind == "truncate":
-            data = data[: int(rng.integers(0, len(data)))]
-        else:
-            for i in rng.integers(0, len(data), 6):
-                data[i] ^= int(rng.integers(1, 256))
-        put(folder / rel, bytes(data))
+        put(folder / rel, damage_bytes((folder / rel).read_bytes(), seed, kind, flips=6))
         return report_argv(folder) if rel == REPORT else folder_argv(folder)
 
     return Case(f"{rel}: {kind} {seed}", argv, "any", (Path(rel).name,))
@@ -259,20 +252,7 @@ def _run(base: Path, tmp_path: Path, selected: list[Case]) -> list[str]:
     (outside / "canary.txt").write_text(CANARY)
     for rel in (REPORT, A_STATS):  # valid files outside: a link to one must still be refused
         (outside / ("canary_" + Path(rel).name)).write_bytes((base / rel).read_bytes())
-    before, around = snapshot(outside), listing(tmp_path)
-    problems = []
-    for k, case in enumerate(selected):
-        folder = tmp_path / f"case{k}"
-        shutil.copytree(base, folder)
-        argv = case.argv(folder, outside)
-        rc, out, err, peak = run_cli(argv, case.seconds, measure=case.max_bytes is not None)
-        problem = classify(case, rc, out, err, peak)
-        if problem:
-            problems.append(problem)
-        assert snapshot(outside) == before, f"{case.name}: a file outside the run folder changed"
-        assert listing(tmp_path) == around | {folder.name}, f"{case.name}: a file appeared outside the run folder"
-        shutil.rmtree(folder)
-    return problems
+    return run_cases(selected, base, tmp_path, outside)
 
 
 @pytest.mark.parametrize("stride", [4, pytest.param(1, marks=pytest.mark.slow)], ids=["sample", "every-case"])

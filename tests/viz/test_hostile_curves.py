@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.hostile import CANARY, Case, classify, listing, run_cli, snapshot
+from tests.hostile import CANARY, Case, damage_bytes, run_cases, run_cli
 
 tb = pytest.importorskip("torch.utils.tensorboard", reason="torch's SummaryWriter writes the test's event files")
 
@@ -75,19 +75,14 @@ def add_entry(name: str, make, expect: str) -> Case:
 
 def truncated(seed: int):
     def make(data, f, outside):
-        rng = np.random.default_rng(seed)
-        return data[: int(rng.integers(0, len(data)))]
+        return damage_bytes(data, seed, "truncate")
 
     return make
 
 
 def flipped(seed: int):
     def make(data, f, outside):
-        rng = np.random.default_rng(seed)
-        out = bytearray(data)
-        for i in rng.integers(0, len(out), 4):
-            out[i] ^= int(rng.integers(1, 256))
-        return bytes(out)
+        return damage_bytes(data, seed, "flip", flips=4)
 
     return make
 
@@ -153,20 +148,9 @@ def test_hostile_training_folders(base, tmp_path, stride):
     shutil.copy(next((outside / "valid").glob("events.*")), outside / "events.out.tfevents.outside")
     (outside / "fifo_folder").mkdir()
     os.mkfifo(outside / "fifo_folder" / "events.out.tfevents.1")
-    before, around = snapshot(outside), listing(tmp_path)
     all_cases = cases(slow=stride == 1)
     selected = all_cases[::stride]
-    problems = []
-    for k, case in enumerate(selected):
-        folder = tmp_path / f"case{k}"
-        shutil.copytree(base, folder)
-        rc, out, err, peak = run_cli(case.argv(folder, outside), case.seconds)
-        problem = classify(case, rc, out, err, peak)
-        if problem:
-            problems.append(problem)
-        assert snapshot(outside) == before, f"{case.name}: a file outside the run folder changed"
-        assert listing(tmp_path) == around | {folder.name}, f"{case.name}: a file appeared outside the run folder"
-        shutil.rmtree(folder)
+    problems = run_cases(selected, base, tmp_path, outside)
     assert not problems, f"{len(problems)} of {len(selected)} runs failed:\n" + "\n".join(problems)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from ivln_ce.cli import main
-from tests.hostile import deep, nodes, set_at, snapshot
+from tests.hostile import damage_bytes, deep, nodes, set_at, snapshot
 from tests.viz.conftest import SMALL_RUN as RUN
 from tests.viz.conftest import SMALL_TOUR as TOUR
 
@@ -153,15 +153,8 @@ def tree_case(rel: str, seed: int) -> Case:
 
 def bytes_case(rel: str, seed: int, kind: str) -> Case:
     def apply(folder: Path, outside: Path) -> tuple[str, ...]:
-        rng = np.random.default_rng(seed)
         f = folder / rel
-        data = bytearray(f.read_bytes())
-        if kind == "truncate":
-            data = data[: int(rng.integers(0, len(data)))]
-        else:
-            for i in rng.integers(0, len(data), 8):
-                data[i] ^= int(rng.integers(1, 256))
-        put(f, bytes(data))
+        put(f, damage_bytes(f.read_bytes(), seed, kind))
         return (Path(rel).name,)
 
     return Case(f"{rel}: {kind} {seed}", apply, reading(rel))
