@@ -500,6 +500,20 @@ class ExperimentConfig:
 # --------------------------------------------------------------------------- key checking
 
 
+def check_cuda_device(key: str, device: str) -> None:
+    """ConfigError unless a ``cuda`` / ``cuda:N`` device names a GPU torch sees (``cpu`` passes;
+    torch is imported only for a CUDA device). ``key`` is the setting or flag named in the message."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"{key}={device} but torch sees no CUDA device; use {key}=cpu")
+    index = str(device).partition(":")[2]
+    if index and int(index) >= torch.cuda.device_count():
+        raise ConfigError(f"{key}={device}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered from 0")
+
+
 def _schema_fields(schema: Any) -> dict[str, Any]:
     return {f.name: f for f in dataclasses.fields(schema)}
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from ivln_ce.config import RANDOM_INIT, RANDOM_INIT_LABEL, ConfigError, is_random_init, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
+from ivln_ce.config import RANDOM_INIT, RANDOM_INIT_LABEL, ConfigError, check_cuda_device, is_random_init, DistanceKind, PolicyName, TndtwVariant, profile_of, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_bytes, read_json, write_json
 from ivln_ce.data.language_ablation import InstructionAblation, ablate_instructions
@@ -216,11 +216,7 @@ def check_eval_config(cfg: DictConfig) -> None:
             raise ConfigError(f"mapping.save_images needs simulator.sensors to include {sorted(need - sensors)}")
     if (cfg.eval.save_frames or cfg.eval.video) and "rgb" not in sensors:
         raise ConfigError("eval.save_frames / eval.video need simulator.sensors to include rgb")
-    if cfg.eval.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"eval.device={cfg.eval.device} but torch sees no CUDA device; use eval.device=cpu")
+    check_cuda_device("eval.device", cfg.eval.device)
 
 
 def eval_label(cfg: DictConfig, checkpoint: str | None = None) -> str:

@@ -3,7 +3,7 @@
 Each check runs before anything is built and raises a ``ValueError`` that names the argument or
 field; the CLI turns it into one exit-2 message. Without them a huge size is allocated, a NaN
 hyperparameter trains silently, and an unknown device ends in a torch traceback. No torch import
-at module level (``check_device`` asks torch only for a CUDA device).
+at module level (``check_device`` asks torch only for a CUDA device, through ``config.check_cuda_device``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 import re
 from numbers import Integral, Real
 
+from ivln_ce.config import check_cuda_device
 from ivln_ce.data.jsonio import describe
 
 #: seeds go to numpy's and torch's generators: a non-negative 64-bit signed integer
@@ -50,12 +51,5 @@ def check_device(name: str, device: object) -> str:
     """``cpu``, ``cuda`` or ``cuda:N`` for a device torch sees."""
     if not isinstance(device, str) or not _DEVICE.fullmatch(device):
         raise ValueError(f"{name} {describe(device)}: expected cpu, cuda or cuda:N")
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError(f"{name} {device}: torch sees no CUDA device; use cpu")
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"{name} {device}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    check_cuda_device(name, device)
     return device

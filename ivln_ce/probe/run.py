@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ivln_ce import __version__
-from ivln_ce.config import ConfigError, PolicyName, is_random_init, load_config, resolved
+from ivln_ce.config import ConfigError, PolicyName, check_cuda_device, is_random_init, load_config, resolved
 from ivln_ce.data.episodes import Episode, load_episodes
 from ivln_ce.data.tours import Tour
 from ivln_ce.env.tour_env import TourItem, contained_scene_path
@@ -118,15 +118,7 @@ def load_run_config(req: RunRequest):
         raise ConfigError(f"eval.agent={agent}: probe run reads an action distribution at p_j; use eval.agent=policy or a "
                           f"probe reference agent ({', '.join(REFERENCE_AGENTS)}). The evaluation's scripted agents "
                           "(oracle, random, forward, stop) act inside the environment workers and give none")
-    if cfg.eval.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"eval.device={cfg.eval.device} but torch sees no CUDA device; use eval.device=cpu")
-        index = cfg.eval.device.partition(":")[2]
-        if index and int(index) >= torch.cuda.device_count():
-            raise ConfigError(f"eval.device={cfg.eval.device}: torch sees {torch.cuda.device_count()} CUDA device(s), "
-                              f"numbered from 0")
+    check_cuda_device("eval.device", cfg.eval.device)
     return cfg, _load(req, "simulator.sensors=[]").simulator
 
 

@@ -151,7 +151,6 @@ class RolloutEngine:
         self.worker_info: list[dict] = []
         self.stats = EngineStats()
         self._streams = 0
-        self._envs: list[tuple[EnvWorker, int]] = []  # environment -> (process, slot)
         self._first_env: dict[int, int] = {}  # process index -> its first environment
 
     # ------------------------------------------------------------------ lifecycle
@@ -180,7 +179,6 @@ class RolloutEngine:
                     raise RuntimeError(f"environment worker {w.index} sent {kind!r} before 'ready'")
                 w.info = info
                 for slot, seed in enumerate(info["seeds"]):
-                    self._envs.append((w, slot))
                     self.worker_info.append({**{k: v for k, v in info.items() if k != "seeds"}, "seed": seed,
                                              "env": self._first_env[w.index] + slot, "process": w.index})
         except BaseException:
@@ -198,7 +196,6 @@ class RolloutEngine:
         for w in self.workers:
             w.close()
         self.workers = []
-        self._envs = []
         self._first_env = {}
 
     def __enter__(self) -> "RolloutEngine":

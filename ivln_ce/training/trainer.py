@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ivln_ce import fingerprint as fpr
 from ivln_ce import run_folder
-from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, is_random_init, resolved
+from ivln_ce.config import ConfigError, MapMode, PolicyName, TrainerKind, check_cuda_device, is_random_init, resolved
 from ivln_ce.data.episodes import load_episodes, load_reference_trajectories
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.data.tours import evaluation_order, load_tours
@@ -176,8 +176,7 @@ def check_train_config(cfg: DictConfig) -> None:
     if not tc.store_observations and tc.bn_train_mode:
         raise ConfigError("train.store_observations=false cannot reproduce features collected with train.bn_train_mode=true "
                           "(BatchNorm batch statistics depend on which environments shared a batch); set one of them")
-    if tc.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={tc.device} but torch sees no CUDA device; use train.device=cpu")
+    check_cuda_device("train.device", tc.device)
 
 
 def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
