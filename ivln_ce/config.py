@@ -307,6 +307,12 @@ class Precision(str, enum.Enum):
     bf16 = "bf16"  # torch.autocast with bfloat16: matmuls and convolutions in bf16; weights, recurrent layers and losses fp32
 
 
+class LRRule(str, enum.Enum):
+    fixed = "fixed"  # train.lr whatever the batch size
+    sqrt = "sqrt"  # train.lr * sqrt(train.batch_size / train.lr_reference_batch)
+    linear = "linear"  # train.lr * train.batch_size / train.lr_reference_batch
+
+
 class SequenceForward(str, enum.Enum):
     whole = "whole"  # every layer over the (T, B) batch at once, the GRUs as whole-sequence calls (cuDNN on CUDA)
     step = "step"  # the per-step loop that evaluation's ``act`` runs: the reference of ``whole``, equal within 1e-5
@@ -335,6 +341,13 @@ class TrainConfig:
     epochs: int = 45
     batch_size: int = 5
     lr: float = 2.5e-4
+    #: how train.lr moves with the batch size (training/lr_rule.py): fixed, sqrt or linear in
+    #: train.batch_size / train.lr_reference_batch
+    lr_rule: LRRule = LRRule.fixed
+    #: the batch size train.lr was tuned at (needed by the sqrt and linear rules)
+    lr_reference_batch: int = 0
+    #: optimizer steps over which the rate rises linearly to its peak (0 = none)
+    lr_warmup_steps: int = 0
     #: inflection weighting coefficient (SPEC §9.4); 1 = off
     inflection_weight: float = 3.2
     #: weight of the progress-monitor loss (1 for MAP-CMA, 0 for the latent baselines)
@@ -393,6 +406,10 @@ class TrainConfig:
     #: evaluate every checkpoint on these splits while training (``eval_{split}_{metric}`` in
     #: TensorBoard); empty = none
     eval_splits: list[str] = field(default_factory=list)
+    #: after every epoch, score teacher-forced action accuracy and loss on this split's expert
+    #: trajectories (collected once into OUT/val_store; ``val/`` in TensorBoard, ``validation``
+    #: in the summary); empty = none
+    val_split: str = ""
     #: the tours (ids) of those splits that the in-training evaluation runs; empty = every tour.
     #: A few tours make a cheap learning curve; the final numbers come from ``ivln-ce eval``
     eval_tours: list[str] = field(default_factory=list)
@@ -817,6 +834,8 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.epochs": (_between(1, 100_000), "an integer in [1, 100000]"),
     "train.batch_size": (_between(1, 100_000), "an integer >= 1"),
     "train.lr": (_between(0.0, 1.0, lo_open=True), "a learning rate in (0, 1]"),
+    "train.lr_reference_batch": (_between(0, 100_000), "an integer in [0, 100000] (0 = not set)"),
+    "train.lr_warmup_steps": (_between(0, 10_000_000), "an integer in [0, 10000000]"),
     "train.inflection_weight": (_between(1.0, 1000.0), "a coefficient in [1, 1000]"),
     "train.progress_weight": (_between(0.0, 1000.0), "a weight in [0, 1000]"),
     "train.max_steps": (lambda v: v >= 0, "an integer >= 0 (0 = no limit)"),

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
+from ivln_ce.training import lr_rule
 from ivln_ce.training.batching import collate
 from ivln_ce.training.errors import TrainError
 from ivln_ce.training.step_log import log_step, step_scalars
@@ -158,10 +159,12 @@ def train_tour_epoch(cfg, policy, opt, params, store: TrajectoryStore, order: li
         else:  # this rank has no lane left in this batch: the all-reduce gives it zeros where others have gradients
             losses = None
         ddp.allreduce_gradients(params)
+        lr = lr_rule.set_lr(opt, tc, state.step + 1)
         opt.step()
         state.step += 1
         state.batch = j + 1
         scalars = step_scalars(losses, world, float(tc.progress_weight) > 0, device)  # a collective: every rank
+        scalars["learning_rate"] = lr
         if writer is not None:
             log_step(writer, scalars, state.step, time.perf_counter() - t0, j + 1 - first)
         if keep_states:

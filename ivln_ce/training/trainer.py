@@ -58,6 +58,7 @@ from ivln_ce.env.tour_env import TourItem
 from ivln_ce.models.factory import atomic_torch_save
 from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
+from ivln_ce.training import lr_rule
 from ivln_ce.training.batching import Batch, bucketed_batches, collate, official_batches
 from ivln_ce.training.collect import (beta_for_round, chained_items, collect_round, episodic_items, p6_applies, plan_round,
                                       replay_round)
@@ -65,6 +66,7 @@ from ivln_ce.training.errors import TrainError
 from ivln_ce.training.step_log import log_step, step_scalars
 from ivln_ce.training.store import StoreError, TrajectoryStore, TrajectoryWriter
 from ivln_ce.training.tour_sequential import train_tour_epoch
+from ivln_ce.training.validation import VAL_STORE, score_store
 from ivln_ce.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,9 @@ class RunState:
     lane_states: Any = None  # tour-sequential: every lane's carried state after ``batch`` batches ([lanes, L, H], CPU)
     episodes_collected: int = 0
     steps_collected: int = 0
+    val_collected: bool = False  # train.val_split's teacher-forcing store is complete (OUT/val_store)
+    #: one record per epoch on train.val_split: round, epoch, step, action accuracy and loss
+    validation: list[dict] = field(default_factory=list)
     done: bool = False
     checkpoints: list[str] = field(default_factory=list)
     pending_eval: int | None = None  # a checkpoint whose in-training evaluation has not finished (train.eval_splits)
@@ -119,12 +124,14 @@ def _fmt(template: str, split: str) -> str:
     return template.replace("{split}", split)
 
 
-def load_training_data(cfg: DictConfig) -> TrainingData:
-    split = cfg.train.split
+def load_training_data(cfg: DictConfig, split: str | None = None) -> TrainingData:
+    """The episodes (or tours, with ``train.use_tours``) of ``train.split``, restricted to
+    ``train.tours``; or of another ``split`` whole (the validation split)."""
+    keep = ([str(t) for t in cfg.train.tours] or None) if split is None else None
+    split = split or cfg.train.split
     episodes_file = _fmt(cfg.data.episodes, split)
     ds = load_episodes(episodes_file)
     files = {"episodes": episodes_file}
-    keep = [str(t) for t in cfg.train.tours] or None
     if cfg.train.use_tours or keep:
         tours = load_tours(cfg.data.tours, split)
         if keep:
@@ -161,6 +168,9 @@ def check_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"policy.name={cfg.policy.name.value} keeps a tour memory, which train.trainer=dagger resets at every "
                           f"episode (episodic batches); train it with train.trainer=tour_sequential train.use_tours=true (the "
                           f"recipes in configs/embedded/{cfg.policy.name.value}.yaml and configs/paper/latent/)")
+    if str(tc.val_split).strip() and tc.trainer != TrainerKind.dagger:
+        raise ConfigError(f"train.val_split scores episodes on their own (teacher-forced, from a zero state), which is "
+                          f"how train.trainer=dagger trains; train.trainer={tc.trainer.value} does not: leave train.val_split empty")
     if tc.trainer == TrainerKind.tour_sequential:
         if not tc.use_tours:
             raise ConfigError("train.trainer=tour_sequential needs train.use_tours=true")
@@ -176,6 +186,10 @@ def check_train_config(cfg: DictConfig) -> None:
     if not tc.store_observations and tc.bn_train_mode:
         raise ConfigError("train.store_observations=false cannot reproduce features collected with train.bn_train_mode=true "
                           "(BatchNorm batch statistics depend on which environments shared a batch); set one of them")
+    peak = lr_rule.peak_of(tc)
+    if not 0.0 < peak <= 1.0:
+        raise ConfigError(f"train.lr_rule={tc.lr_rule.value} gives a peak learning rate of {peak:g} for train.batch_size="
+                          f"{tc.batch_size} (train.lr={tc.lr:g} at train.lr_reference_batch={tc.lr_reference_batch}); it must lie in (0, 1]")
     check_cuda_device("train.device", tc.device)
 
 
@@ -475,7 +489,8 @@ class RunStart:
                 "episodes_collected": state.episodes_collected, "steps_collected": state.steps_collected,
                 "checkpoints": state.checkpoints, "stopped_by_max_steps": bool(stopped), "resumed": resumed,
                 "seconds_this_run": round(seconds, 1), "seconds_total": round(state.elapsed(), 1),
-                "collections": list(state.collections),
+                "collections": list(state.collections), "learning_rate": lr_rule.describe(cfg.train),
+                "validation": list(state.validation),
                 "fingerprint": self.fingerprint, "world_size": self.world,
                 "load_reports": [str(r) for r in self.reports]}
 
@@ -512,6 +527,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             raise ConfigError(f"train.batch_size={tc.batch_size} must be a multiple of the {world} ranks (each takes an equal slice)")
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(tc.lr))
+    val_data = load_training_data(cfg, str(tc.val_split)) if str(tc.val_split).strip() else None
     run.claim_folder()
     state = load_resume(out, fingerprint, policy, opt) if (out / RESUME_FILE).exists() else None
     if state is not None and rank == 0 and run_folder.read_marker(out) is None:
@@ -598,6 +614,12 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
+        if val_data is not None and not state.val_collected:
+            _collect_validation(cfg, val_data, policy, pipeline, out / VAL_STORE, rank, world, show_progress)
+            state.val_collected = True
+            if rank == 0:
+                save_resume(out, fingerprint, state, policy, opt, writer)
+            ddp.barrier()
         store = TrajectoryStore(store_dir if tc.store_observations else replay_dir)
         order = canonical_order(store, _own_first_round_plan(cfg, data, out, rank, world))
         for e in range(state.epoch, int(tc.epochs)):
@@ -608,6 +630,8 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
                 stop = _train_episodic_epoch(cfg, policy, opt, params, store, order, state, k, e, writer, rank, world, show_progress,
                                              lambda: _maybe_resume_point(cfg, out, fingerprint, state, policy, opt, rank, writer))
             index = k * int(tc.epochs) + e
+            if val_data is not None:
+                _validate(cfg, policy, out / VAL_STORE, state, k, e, writer, rank, world)
             if rank == 0:
                 path = save_checkpoint(out / f"ckpt.{index}.pth", policy, _plain_state_config(cfg), opt.state_dict(),
                                        dagger_it=k, epoch=e, step_id=state.step)
@@ -879,10 +903,12 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
         opt.zero_grad(set_to_none=True)
         losses["loss"].backward()
         ddp.allreduce_gradients(params)
+        lr = lr_rule.set_lr(opt, tc, state.step + 1)
         opt.step()
         state.step += 1
         state.batch = j + 1
         scalars = step_scalars(losses, world, float(tc.progress_weight) > 0, device)  # a collective: every rank
+        scalars["learning_rate"] = lr
         if writer is not None:
             log_step(writer, scalars, state.step, time.perf_counter() - t0, j + 1 - first)
         bar.update()
@@ -892,6 +918,44 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
             return True
     bar.close()
     return False
+
+
+def _collect_validation(cfg, val_data: TrainingData, policy, pipeline, val_dir: Path, rank: int, world: int, show_progress: bool) -> None:
+    """Collect every item of ``train.val_split`` once with the expert (beta = 1) into ``val_dir``
+    (each rank its share); an incomplete store of a killed start is collected again."""
+    from ivln_ce.evaluation.evaluator import shard
+
+    if rank == 0 and val_dir.exists():
+        shutil.rmtree(val_dir)  # inside the run's own folder (its marker proves it)
+    ddp.barrier()
+    items = val_data.items
+    plan = list(range(len(items)))
+    mine = shard(items, plan, world)[rank] if world > 1 else plan
+    bar, progress = _episode_bar(items, mine, f"collect {cfg.train.val_split} (validation)", show_progress)
+    with TrajectoryWriter(val_dir, f"rank{rank}", fp16=bool(cfg.train.store_fp16), codec=cfg.train.store_codec.value) as w, \
+            ddp.local_statistics(policy):
+        collect_round(cfg, items, mine, val_data.references, val_data.scenes_dir, policy, pipeline, w, 1.0, 0, progress,
+                      full_plan=plan)
+    bar.close()
+    ddp.barrier()
+
+
+def _validate(cfg, policy, val_dir: Path, state: RunState, k: int, e: int, writer, rank: int, world: int) -> None:
+    """Score the policy on the validation store after epoch ``e`` of round ``k``; kept in the
+    run state (and so in the summary) and logged as ``val/action_accuracy``, ``val/action_loss``."""
+    tc = cfg.train
+    store = TrajectoryStore(val_dir)
+    try:
+        score = score_store(policy, store, int(tc.batch_size), float(tc.inflection_weight), tc.precision, rank, world)
+    finally:
+        store.close()
+    state.validation.append({"round": k, "epoch": e, "step": state.step, **score})
+    if writer is not None:
+        writer.add_scalar("val/action_accuracy", score["action_accuracy"], state.step)
+        writer.add_scalar("val/action_loss", score["action_loss"], state.step)
+    if rank == 0:
+        print(f"ivln-ce train: round {k} epoch {e + 1}: {tc.val_split} action accuracy {score['action_accuracy']:.4f}, "
+              f"action loss {score['action_loss']:.4f} ({score['episodes']} episodes, teacher-forced)", file=sys.stderr)
 
 
 def _slice(batch: list[int], rank: int, world: int) -> list[int]:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Batch 8 against the large-batch overlay, CMA recipe, one seed, on the `small` benchmark:
+# teacher-forced validation accuracy on val_seen after every epoch (train.val_split) and
+# t-nDTW on val_unseen, at equal epochs. Resumable: a finished step is skipped, a killed
+# training resumes. Usage: WORK=/path/outside/the/repo bash docs/results/large_batch/run.sh
+set -euo pipefail
+WORK=${WORK:?a folder outside the work tree}
+RECIPE=${RECIPE:-configs/embedded/cma.yaml}
+DEVICE=${DEVICE:-cpu}
+SEED=${SEED:-0}
+ARMS=${ARMS:-"b8 b64 b128"}
+DATA=$WORK/synthetic_small
+[ -f "$DATA/manifest.json" ] || ivln-ce data synth --preset small --out "$DATA"
+last=$(python -c "import sys; from ivln_ce.config import load_config; c = load_config(sys.argv[1], []); print(int(c.train.epochs) * int(c.train.iterations) - 1)" "$RECIPE")
+for arm in $ARMS; do
+  case $arm in
+    b8) extra=() ;;
+    b64) extra=(--config configs/profiles/large_batch.yaml) ;;
+    b128) extra=(--config configs/profiles/large_batch.yaml train.batch_size=128 train.lr_warmup_steps=6) ;;
+    *) echo "unknown arm $arm" >&2; exit 2 ;;
+  esac
+  out=$WORK/$arm
+  [ -f "$out/train_summary.json" ] || ivln-ce train --config "$RECIPE" "${extra[@]}" data.root="$DATA" seed="$SEED" \
+      train.device="$DEVICE" train.val_split=val_seen train.store_cache="$WORK/tf_cache" \
+      train.out_dir="$out" results_dir="$out"
+  ls "$WORK/eval_$arm"/iterative_stats_ckpt_*_val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config "$RECIPE" data.root="$DATA" eval.agent=policy \
+      eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.device="$DEVICE" \
+      policy.checkpoint="$out/ckpt.$last.pth" results_dir="$WORK/eval_$arm"
+done

@@ -1,0 +1,58 @@
+"""Teacher-forced validation (``train.val_split``): after every epoch, the policy's action
+accuracy and action loss on a held-out split's expert trajectories.
+
+The trainer collects the split once with beta = 1 into ``OUT/val_store`` (its frozen encoders
+are the policy's, so the store is the run's own); this module scores it. The score is what the
+training step reports (inflection-weighted cross entropy averaged over episodes, accuracy over
+valid steps) computed without gradients, BatchNorm in eval mode, so it does not depend on how
+the episodes are batched or shared among ranks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ivln_ce.models.precision import autocast
+from ivln_ce.training import distributed as ddp
+from ivln_ce.training.batching import collate
+from ivln_ce.training.store import TrajectoryStore
+
+VAL_STORE = "val_store"
+
+
+def validation_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Store indices in batches of similar lengths (longest first): little padding, no randomness."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+@torch.no_grad()
+def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: float, precision, rank: int = 0, world: int = 1) -> dict:
+    """Accuracy and action loss of ``policy`` on every episode of ``store`` (this rank scores its
+    share of every batch; the sums cover all ranks)."""
+    device = next(policy.parameters()).device
+    was_training = policy.training
+    policy.eval()
+    sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss sum over episodes, episodes, correct, valid
+    lengths = [store.steps(i) for i in range(len(store))]
+    try:
+        for batch_ids in validation_batches(lengths, batch_size):
+            mine = batch_ids[rank::world]
+            if not mine:
+                continue
+            batch = collate([store[i] for i in mine], inflection).to(device)
+            with autocast(precision, device):
+                logits, _, _ = policy.forward_sequence(dict(batch.observations), batch.prev_actions, batch.masks, batch.masks)
+            logits = logits.float()
+            ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
+            per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)
+            correct = (logits.argmax(-1) == batch.expert)[batch.valid].sum()
+            sums += torch.stack([per_episode.sum().double(), torch.tensor(float(len(mine)), dtype=torch.float64, device=device),
+                                 correct.double(), batch.valid.sum().double()])
+    finally:
+        policy.train(was_training)
+    if world > 1:
+        sums = ddp.sum_over_ranks(sums)
+    loss, episodes, correct, valid = sums.tolist()
+    return {"action_accuracy": correct / valid if valid else float("nan"),
+            "action_loss": loss / episodes if episodes else float("nan"), "episodes": int(episodes), "steps": int(valid)}
