@@ -410,6 +410,9 @@ class TrainConfig:
     #: trajectories (collected once into OUT/val_store; ``val/`` in TensorBoard, ``validation``
     #: in the summary); empty = none
     val_split: str = ""
+    #: score train.val_split again with the instructions ablated: none (all padding), last:K;
+    #: e.g. [none]: an agent that reads loses accuracy without its instruction
+    val_ablations: list[str] = field(default_factory=list)
     #: the tours (ids) of those splits that the in-training evaluation runs; empty = every tour.
     #: A few tours make a cheap learning curve; the final numbers come from ``ivln-ce eval``
     eval_tours: list[str] = field(default_factory=list)
@@ -419,6 +422,10 @@ class TrainConfig:
     #: once, one GRU call per layer) or step (one ``CMANet.step`` per timestep: the reference,
     #: equal within 1e-5)
     sequence_forward: SequenceForward = SequenceForward.whole
+    #: CUDA only: MAP-CMA's map encoder convolves channels-last inputs while training (cuDNN's
+    #: NHWC kernels; the CUDA test compares its gradients with a float64 reference); no effect on
+    #: the other policies. Refused on a CPU, where oneDNN's channels-last gradients lose digits
+    channels_last: bool = False
     #: a folder of teacher-forcing stores shared by runs (empty = none): a round with beta = 1 is
     #: copied from there when a store of exactly the same inputs (data, simulator, environment,
     #: maps, frozen encoders, store format) is present and passes its checks, else collected and

@@ -12,6 +12,7 @@ It needs only numpy and torch (no simulator, no config), so it runs on a bare GP
 
     python scripts/bench_train.py --sequence [--device cuda] [--models cma,map_cma] [--batches 8,64]
                                   [--lengths 40,105] [--precision fp32,bf16] [--steps 8] [--warmup 2]
+                                  [--modes whole,whole-cl,step]
 """
 
 from __future__ import annotations
@@ -93,7 +94,14 @@ def agreement(model: str, batch, device: str) -> tuple[float, float]:
 
 
 def time_steps(model: str, batch, mode: str, precision: str, device: str, steps: int, warmup: int) -> dict:
+    """``mode``: whole, step, or whole-cl (whole, MAP-CMA's map encoder on channels-last inputs:
+    ``train.channels_last``)."""
     policy = make_policy(model, device)
+    if mode == "whole-cl":
+        from ivln_ce.training.trainer import use_channels_last
+
+        use_channels_last(policy, True)
+        mode = "whole"
     opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=1e-4)
 
     def step():
@@ -136,7 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="8,64", help="episodes per batch, comma-separated")
     ap.add_argument("--lengths", default="40,105", help="longest episode of a batch (others drawn from [T/2, T])")
     ap.add_argument("--precision", default="fp32,bf16")
-    ap.add_argument("--modes", default="whole,step")
+    ap.add_argument("--modes", default="whole,step", help="whole, step, whole-cl (whole with train.channels_last; CUDA)")
     ap.add_argument("--steps", type=int, default=8, help="timed optimizer steps (the median is reported)")
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args(argv)
@@ -156,7 +164,7 @@ def main(argv=None) -> int:
                     res = {m: time_steps(model, batch, m, precision, dev, args.steps, args.warmup) for m in args.modes.split(",")}
                     for m, r in res.items():
                         ratio = ratio_work = ""
-                        if m == "whole" and "step" in res:
+                        if m.startswith("whole") and "step" in res:
                             ratio = f"{r['timesteps_per_s'] / res['step']['timesteps_per_s']:.2f}x"
                             ratio_work = f"{r['work'] / res['step']['work']:.3f}"
                         print(f"| {model} | {B} | {T} | {int(batch.valid.sum())} | {precision} | {m} | {r['ms']:.1f} | "

@@ -5,13 +5,17 @@ The trainer collects the split once with beta = 1 into ``OUT/val_store`` (its fr
 are the policy's, so the store is the run's own); this module scores it. The score is what the
 training step reports (inflection-weighted cross entropy averaged over episodes, accuracy over
 valid steps) computed without gradients, BatchNorm in eval mode, so it does not depend on how
-the episodes are batched or shared among ranks."""
+the episodes are batched or shared among ranks. ``train.val_ablations`` scores the same
+trajectories again with the instructions removed (``none``) or cut (``last:K``): an agent
+whose accuracy does not fall without its instruction does not read it."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from ivln_ce.data.language_ablation import InstructionAblation, last_tokens
+from ivln_ce.data.vocab import PAD_INDEX
 from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
 from ivln_ce.training.batching import collate
@@ -26,10 +30,24 @@ def validation_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
 
 
+def ablate_batch_instructions(instruction: torch.Tensor, ablation: InstructionAblation) -> torch.Tensor:
+    """(1, B, L) token ids with ``ablation`` applied per episode: ``none`` (all padding) or
+    ``last:K`` (the last K tokens, moved to the front), as ``eval.instruction`` does."""
+    if ablation.mode == "full":
+        return instruction
+    if ablation.mode == "none":
+        return torch.full_like(instruction, PAD_INDEX)
+    if ablation.mode == "last":
+        rows = [last_tokens(row, int(ablation.k)) for row in instruction[0].tolist()]
+        return torch.tensor(rows, dtype=instruction.dtype, device=instruction.device)[None]
+    raise ValueError(f"validation ablations are full, none and last:K, not {ablation}")
+
+
 @torch.no_grad()
-def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: float, precision, rank: int = 0, world: int = 1) -> dict:
+def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: float, precision, rank: int = 0, world: int = 1,
+                ablation: InstructionAblation | None = None) -> dict:
     """Accuracy and action loss of ``policy`` on every episode of ``store`` (this rank scores its
-    share of every batch; the sums cover all ranks)."""
+    share of every batch; the sums cover all ranks), with the instructions ablated when asked."""
     device = next(policy.parameters()).device
     was_training = policy.training
     policy.eval()
@@ -41,8 +59,11 @@ def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: flo
             if not mine:
                 continue
             batch = collate([store[i] for i in mine], inflection).to(device)
+            obs = dict(batch.observations)
+            if ablation is not None:
+                obs["instruction"] = ablate_batch_instructions(obs["instruction"], ablation)
             with autocast(precision, device):
-                logits, _, _ = policy.forward_sequence(dict(batch.observations), batch.prev_actions, batch.masks, batch.masks)
+                logits, _, _ = policy.forward_sequence(obs, batch.prev_actions, batch.masks, batch.masks)
             logits = logits.float()
             ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
             per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)

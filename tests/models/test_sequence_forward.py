@@ -246,3 +246,56 @@ def test_whole_sequence_equals_the_step_loop_on_cuda(kind):
     h0 = torch.randn(4, p.num_recurrent_layers, 512, device="cuda").abs()
     lengths = torch.tensor([9, 3, 5, 1], device="cuda")
     assert_equal_runs(_run(p, "whole", obs, prev, agent, tour, h0, lengths), _run(p, "step", obs, prev, agent, tour, h0, lengths))
+
+
+def _map_encoder_runs(device, N=26, seed=0):
+    """The map encoder's output and weight gradients (train mode, a fixed upstream gradient) in
+    NCHW and channels-last float32, and in float64 NCHW (the reference)."""
+    import copy
+
+    from ivln_ce.models.encoders import MapEncoder, map_input
+
+    torch.manual_seed(seed)
+    enc = MapEncoder().train().to(device)
+    occ = (torch.rand(N, 64, 64) < 0.3).float()
+    x = map_input(occ, torch.randint(0, 13, (N, 64, 64))).to(device)
+    up = torch.randn(N, 128, 16, device=device)
+    seen = []
+    enc.cnn[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+
+    def run(m, inp, grad, on):
+        m.channels_last = on
+        m.zero_grad(set_to_none=True)
+        y = m(inp)
+        (y * grad).sum().backward()
+        return y.detach().double(), {n: q.grad.double() for n, q in m.named_parameters()}
+
+    ref = run(copy.deepcopy(enc).double(), x.double(), up.double(), False)
+    return run(enc, x, up, False), run(enc, x, up, True), ref, seen
+
+
+def _rel(a, b):
+    return float((a - b).norm()) / max(float(b.norm()), 1e-30)
+
+
+def test_channels_last_reaches_the_map_convolutions_and_keeps_the_forward():
+    """The switch gives the first convolution a channels-last input; the forward stays within
+    float rounding of float64 (on a CPU its weight gradients do not: the config refuses it)."""
+    (y, _), (y_cl, _), (ref, _), seen = _map_encoder_runs("cpu")
+    assert seen == [False, False, True]  # float64 reference, NCHW run, channels-last run
+    assert _rel(y, ref) <= 1e-5 and _rel(y_cl, ref) <= 1e-5
+
+
+@pytest.mark.cuda
+def test_channels_last_map_encoder_gradients_on_cuda_match_float64():
+    """On CUDA (TF32 off) the channels-last weight gradients are as close to a float64 reference
+    as the NCHW ones (within 10x their error, or 1e-5 relative)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is false)")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    (y, g), (y_cl, g_cl), (ref, g_ref), seen = _map_encoder_runs("cuda")
+    assert seen == [False, False, True]
+    assert _rel(y_cl, ref) <= 1e-5
+    for n in g_ref:
+        assert _rel(g_cl[n], g_ref[n]) <= max(10 * _rel(g[n], g_ref[n]), 1e-5), (n, _rel(g_cl[n], g_ref[n]), _rel(g[n], g_ref[n]))

@@ -4,9 +4,11 @@ recomputed independently of batching, and validation leaving the trained weights
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 torch = pytest.importorskip("torch", reason="training needs torch")
 
@@ -51,6 +53,29 @@ def test_refusals_name_the_setting():
     check_train_config(_cfg("train.batch_size=64", "train.lr_rule=sqrt", "train.lr_reference_batch=8", "train.val_split=val_seen"))
 
 
+@pytest.mark.parametrize("recipe", sorted(p.name for p in Path("configs/embedded").glob("*.yaml") if not p.name.startswith("_")
+                                           and "_rl_" not in p.name))
+def test_the_large_batch_overlay_keeps_each_recipe_and_scales_its_rate(recipe):
+    base = load_config(f"configs/embedded/{recipe}", [])
+    both = load_config([f"configs/embedded/{recipe}", "configs/profiles/large_batch.yaml"], [])
+    assert int(base.train.batch_size) == 8  # the overlay's reference batch is the recipes' batch
+    assert (int(both.train.batch_size), both.train.lr_rule.value, int(both.train.lr_reference_batch)) == (64, "sqrt", 8)
+    assert lr_rule.peak_of(both.train) == pytest.approx(float(base.train.lr) * math.sqrt(8), rel=1e-12)
+    for key in ("train.epochs", "train.lr", "train.iterations", "train.p", "policy.name", "mapping.mode", "data.root"):
+        assert OmegaConf.select(both, key) == OmegaConf.select(base, key), key
+
+
+def test_instruction_ablations_of_a_batch_by_hand():
+    from ivln_ce.data.language_ablation import InstructionAblation
+    from ivln_ce.training.validation import ablate_batch_instructions
+
+    tokens = torch.tensor([[[5, 6, 7, 0, 0], [1, 2, 0, 0, 0], [9, 8, 7, 6, 5]]])
+    assert ablate_batch_instructions(tokens, InstructionAblation.parse("last:2")).tolist() == \
+        [[[6, 7, 0, 0, 0], [1, 2, 0, 0, 0], [6, 5, 0, 0, 0]]]
+    assert ablate_batch_instructions(tokens, InstructionAblation.parse("none")).tolist() == [[[0] * 5] * 3]
+    assert ablate_batch_instructions(tokens, InstructionAblation.parse("full")) is tokens
+
+
 def test_validation_batches_cover_every_episode_once_longest_first():
     lengths = [3, 9, 1, 9, 4, 7, 2]
     batches = validation_batches(lengths, 3)
@@ -77,7 +102,8 @@ def test_rates_used_and_validation_scores_recomputed(tiny_benchmark, tmp_path):
     common = ["train.update_size=4", "train.epochs=2", "train.num_envs=1", "train.lr=1e-3", "train.lr_rule=linear",
               "train.lr_reference_batch=1", "train.lr_warmup_steps=3"]
     out = tmp_path / "val"
-    cfg = load_config(None, latent(tiny_benchmark, out, *common, "train.val_split=val_seen", f"train.out_dir={out}"))
+    cfg = load_config(None, latent(tiny_benchmark, out, *common, "train.val_split=val_seen", "train.val_ablations=[none,last:2]",
+                                   f"train.out_dir={out}"))
     summary = train(cfg, show_progress=False)
     assert summary["optimizer_steps"] == 4
     assert summary["learning_rate"] == {"rule": "linear", "base": 1e-3, "reference_batch": 1, "batch_size": 2, "peak": 2e-3,
@@ -106,18 +132,27 @@ def test_rates_used_and_validation_scores_recomputed(tiny_benchmark, tmp_path):
             one = score_store(policy, store, 1, float(pcfg.train.inflection_weight), pcfg.train.precision)
             assert one["action_accuracy"] == pytest.approx(r["action_accuracy"], abs=1e-12)
             assert one["action_loss"] == pytest.approx(r["action_loss"], rel=1e-5)
-            # by hand from the per-episode forwards: accuracy over every valid step
-            correct = valid = 0
-            for i in range(len(store)):
-                from ivln_ce.training.batching import collate
+            # by hand from the per-episode forwards: accuracy over every valid step, with each
+            # episode's instruction as stored, emptied, or cut to its last 2 tokens
+            from ivln_ce.data.language_ablation import last_tokens
+            from ivln_ce.training.batching import collate
 
-                b = collate([store[i]], float(pcfg.train.inflection_weight))
-                policy.eval()
-                with torch.no_grad():
-                    logits, _, _ = policy.forward_sequence(dict(b.observations), b.prev_actions, b.masks, b.masks)
-                correct += int((logits.argmax(-1) == b.expert)[b.valid].sum())
-                valid += int(b.valid.sum())
-            assert r["action_accuracy"] == correct / valid
+            assert set(r["ablations"]) == {"none", "last:2"}
+            losses = {r["action_loss"], r["ablations"]["none"]["action_loss"], r["ablations"]["last:2"]["action_loss"]}
+            assert len(losses) == 3  # the ablations reached the model
+            for name, cut in (("full", lambda t: t), ("none", lambda t: [0] * len(t)), ("last:2", lambda t: last_tokens(t, 2))):
+                correct = valid = 0
+                for i in range(len(store)):
+                    b = collate([store[i]], float(pcfg.train.inflection_weight))
+                    obs = dict(b.observations)
+                    obs["instruction"] = torch.tensor([cut(obs["instruction"][0, 0].tolist())])[None]
+                    policy.eval()
+                    with torch.no_grad():
+                        logits, _, _ = policy.forward_sequence(obs, b.prev_actions, b.masks, b.masks)
+                    correct += int((logits.argmax(-1) == b.expert)[b.valid].sum())
+                    valid += int(b.valid.sum())
+                got = r if name == "full" else r["ablations"][name]
+                assert got["action_accuracy"] == correct / valid, name
         assert records[0]["action_loss"] != records[1]["action_loss"]  # the second epoch changed the model it scored
     finally:
         store.close()

@@ -37,3 +37,16 @@ def test_reproduce_checks_its_options_before_building_anything(tmp_path, capsys,
     assert main(["reproduce", "table3", "--scale", "tiny", "--out", str(tmp_path / "out"), "--data", str(data), flag, value]) == 2
     assert message in capsys.readouterr().err
     assert not data.exists() and not (tmp_path / "out").exists()
+
+
+def test_channels_last_is_refused_off_cuda(tmp_path):
+    cfg = load_config(None, latent(tmp_path, tmp_path / "x", "policy.name=map_cma", "simulator.sensors=[depth,semantic]",
+                                   "train.channels_last=true"))
+    with pytest.raises(ConfigError, match="train.channels_last=true is for CUDA"):
+        check_train_config(cfg)
+    cfg = load_config(None, latent(tmp_path, tmp_path / "x", "policy.name=map_cma", "simulator.sensors=[depth,semantic]",
+                                   "train.channels_last=true", "train.device=cuda"))
+    try:
+        check_train_config(cfg)
+    except ConfigError as exc:  # no GPU here: only the device check may refuse it
+        assert "channels_last" not in str(exc), exc
