@@ -6,7 +6,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
