@@ -303,6 +303,10 @@ def collection_record(cfg: DictConfig, round_: int, stats, tours: int, world: in
             "processes": len(RolloutEngine.layout(k, int(cfg.train.envs_per_worker))), "groups": int(cfg.train.groups)}
 
 
+def _plain_value(v) -> bool:
+    return v is None or isinstance(v, (int, float, str))
+
+
 def _bad_state_fields(state: dict) -> list[str]:
     """The fields of a saved ``RunState`` whose values have the wrong type or sign."""
     def count(v):
@@ -318,6 +322,11 @@ def _bad_state_fields(state: dict) -> list[str]:
               "pending_eval": lambda v: v is None or count(v),
               "collections": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
                   isinstance(x, dict) and all(isinstance(k, str) and (isinstance(n, (int, float, str)) or n is None)
+                                              for k, n in x.items()) for x in v),
+              "val_collected": lambda v: isinstance(v, bool),
+              "validation": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
+                  isinstance(x, dict) and all(isinstance(k, str) and (_plain_value(n) or (k == "ablations" and isinstance(n, dict) and all(
+                      isinstance(a, str) and isinstance(r, dict) and all(_plain_value(q) for q in r.values()) for a, r in n.items())))
                                               for k, n in x.items()) for x in v),
               "seconds": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
               "lane_states": lambda v: v is None or (isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point())}

@@ -169,3 +169,43 @@ def summary_vocab(out):
 
     ds = load_episodes(cfg["data"]["episodes"].replace("{split}", cfg["train"]["split"]))
     return len(ds.vocab) if ds.vocab is not None else 1 + max(t for e in ds for t in e.instruction_tokens)
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_validated_run_stopped_after_an_epoch_resumes_to_the_same_records(tiny_benchmark, tmp_path, monkeypatch):
+    """Stopped right after its first epoch's resume point, a run with validation resumes without
+    collecting the validation split again and ends with the uninterrupted run's records and weights."""
+    import ivln_ce.training.trainer as trainer
+
+    def args(out):
+        return latent(tiny_benchmark, out, "train.update_size=2", "train.epochs=2", "train.num_envs=1", "train.val_split=val_seen",
+                      "train.val_ablations=[none]", f"train.out_dir={out}")
+
+    torch.set_num_threads(1)
+    full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
+    real_save = trainer.save_resume
+
+    def save_then_stop(out, fingerprint, state, policy, opt, writer=None):
+        real_save(out, fingerprint, state, policy, opt, writer)
+        if state.epoch == 1:
+            raise _Interrupted
+
+    monkeypatch.setattr(trainer, "save_resume", save_then_stop)
+    with pytest.raises(_Interrupted):
+        train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    monkeypatch.setattr(trainer, "save_resume", real_save)
+    shard = tmp_path / "cut" / "val_store" / "rank0.data"
+    before = shard.stat().st_mtime_ns
+    calls = []
+    real_collect = trainer._collect_validation
+    monkeypatch.setattr(trainer, "_collect_validation", lambda *a, **k: calls.append(1) or real_collect(*a, **k))
+    resumed = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+    assert resumed["resumed"] is True and calls == [] and shard.stat().st_mtime_ns == before
+    assert len(full["validation"]) == 2 and resumed["validation"] == full["validation"]
+    assert set(full["validation"][0]["ablations"]) == {"none"}
+    a = read_checkpoint(tmp_path / "full" / "ckpt.1.pth")["state_dict"]
+    b = read_checkpoint(tmp_path / "cut" / "ckpt.1.pth")["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)

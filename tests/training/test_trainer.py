@@ -123,7 +123,8 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path, store
     """SIGKILL at several moments, then a restart: the final weights equal an uninterrupted
     run's. With an actions-only store the first kill lands while round 0 is being re-rendered
     into the replay cache (its shard file exists, the resume point says the replay is not done)."""
-    extra = ["train.store_observations=false"] if store_kind == "actions_only" else []
+    # the full-store run also validates (train.val_split): kills may land while that split is collected
+    extra = ["train.store_observations=false"] if store_kind == "actions_only" else ["train.val_split=val_seen"]
     args = latent(tiny_benchmark, tmp_path / "x", "train.p=0.5", "train.iterations=2", "train.update_size=3", "train.epochs=2",
                   "train.num_envs=2", "train.resume_every=2", *extra)
     env = dict(os.environ)  # under xdist: the worker's CPU share and thread count (conftest)
@@ -173,6 +174,8 @@ def test_kill_and_resume_gives_identical_weights(tiny_benchmark, tmp_path, store
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     summary = json.loads((killed / "train_summary.json").read_text())
     assert summary["resumed"] is True
+    assert summary["validation"] == json.loads((full / "train_summary.json").read_text())["validation"]
+    assert len(summary["validation"]) == (4 if store_kind == "full" else 0)
     # TensorBoard's view of the killed runs' event files and the last one's: one continuous step
     # axis, every optimizer step once (each resume point flushed the events before it)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

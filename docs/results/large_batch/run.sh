@@ -3,12 +3,15 @@
 # teacher-forced validation accuracy on val_seen after every epoch (train.val_split) and
 # t-nDTW on val_unseen, at equal epochs. Resumable: a finished step is skipped, a killed
 # training resumes. Usage: WORK=/path/outside/the/repo bash docs/results/large_batch/run.sh
+# On a GPU: RECIPE=configs/embedded/map_cma_iterative_gt.yaml DEVICE=cuda ARMS=b64 \
+#   EXTRA="train.num_envs=14 eval.num_envs=14 train.loader_workers=3" WORK=... bash .../run.sh
 set -euo pipefail
 WORK=${WORK:?a folder outside the work tree}
 RECIPE=${RECIPE:-configs/embedded/cma.yaml}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-0}
 ARMS=${ARMS:-"b8 b64 b128"}
+read -r -a more <<< "${EXTRA:-}"
 DATA=$WORK/synthetic_small
 [ -f "$DATA/manifest.json" ] || ivln-ce data synth --preset small --out "$DATA"
 last=$(python -c "import sys; from ivln_ce.config import load_config; c = load_config(sys.argv[1], []); print(int(c.train.epochs) * int(c.train.iterations) - 1)" "$RECIPE")
@@ -22,8 +25,8 @@ for arm in $ARMS; do
   out=$WORK/$arm
   [ -f "$out/train_summary.json" ] || ivln-ce train --config "$RECIPE" "${extra[@]}" data.root="$DATA" seed="$SEED" \
       train.device="$DEVICE" train.val_split=val_seen train.store_cache="$WORK/tf_cache" \
-      train.out_dir="$out" results_dir="$out"
+      train.out_dir="$out" results_dir="$out" "${more[@]}"
   ls "$WORK/eval_$arm"/iterative_stats_ckpt_*_val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config "$RECIPE" data.root="$DATA" eval.agent=policy \
       eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.device="$DEVICE" \
-      policy.checkpoint="$out/ckpt.$last.pth" results_dir="$WORK/eval_$arm"
+      policy.checkpoint="$out/ckpt.$last.pth" results_dir="$WORK/eval_$arm" "${more[@]}"
 done
