@@ -35,7 +35,8 @@ from typing import Any, Sequence
 import ivln_ce
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.fingerprint import code_digest
-from ivln_ce.reproduce.plan import DEVIATIONS, EVAL_SPLITS, REFERENCE_AGENTS, SCALES, Run, Scale, common_overrides, runs_for
+from ivln_ce.reproduce.plan import (DEVIATIONS, EVAL_SPLITS, GATE_FOLDER_SUFFIX, GATE_LABEL, GATE_SPLIT, REFERENCE_AGENTS, SCALES, Run, Scale,
+                                   common_overrides, own_mode, runs_for)
 
 
 class Log:
@@ -117,6 +118,17 @@ def eval_overrides(out: Path, scale: Scale, run: Run, seed: int, split: str, mod
     if tours:
         over.append(f"eval.tours=[{','.join(tours)}]")
     return over
+
+
+def gate_eval_overrides(out: Path, scale: Scale, run: Run, seed: int, checkpoint: Path, tours: list[str]) -> list[str]:
+    """The gate's evaluation: val_unseen in the model's own map mode with ``eval.instruction=none``,
+    into ``eval/val_unseen_{mode}_noinstruction`` (label ``final-instruction_none``)."""
+    mode = own_mode(run)
+    over = eval_overrides(out, scale, run, seed, GATE_SPLIT, mode, checkpoint, tours)
+    folder = run_dir(out, run, seed) / "eval" / f"{GATE_SPLIT}_{mode}{GATE_FOLDER_SUFFIX}"
+    over = [f"results_dir={folder}" if o.startswith("results_dir=") else f"eval.label={GATE_LABEL}" if o.startswith("eval.label=") else o
+            for o in over]
+    return over + ["eval.instruction=none"]
 
 
 def _train_one(cfg, folder: Path, log: Log, progress: bool) -> dict:
@@ -330,6 +342,13 @@ def reproduce(table: str, scale_name: str, out: str | Path, seeds: int = 3, devi
                     shown = "n/a (partial)" if s["tndtw"] is None else f"{100 * s['tndtw']:.1f}"
                     log(f"{run.key} seed {seed} {split} eval {mode}: t-nDTW {shown}, SR {100 * (s['success'] or 0):.1f} "
                         f"({time.perf_counter() - t:.0f} s)")
+            # the gate: the same checkpoint, its own map mode, every instruction replaced by padding
+            tours = _eval_tours(base, GATE_SPLIT, scale.eval_tours)
+            t = time.perf_counter()
+            s = evaluate(load_config(None, base + gate_eval_overrides(out, scale, run, seed, ckpt, tours)), show_progress=progress)
+            results["fingerprints"][f"{run.key}/seed{seed}/eval/{GATE_SPLIT}_{own_mode(run)}{GATE_FOLDER_SUFFIX}"] = s["fingerprint"]
+            log(f"{run.key} seed {seed} {GATE_SPLIT} eval {own_mode(run)} without instructions (the gate): SR "
+                f"{100 * (s['success'] or 0):.1f} ({time.perf_counter() - t:.0f} s)")
     for agent in REFERENCE_AGENTS:  # the same tours, seeds and episode limits as the models
         ref = Run(f"reference_{agent}", "reference", ("simulator.sensors=[depth]",), ("-",))
         for seed in range(seeds):

@@ -108,6 +108,18 @@ class Run:
     train_mode: str | None = None
 
 
+#: the gate's evaluation of each model: val_unseen in its own training mode, every instruction
+#: replaced by padding (``eval.instruction=none``; the evaluator labels it ``final-instruction_none``)
+GATE_SPLIT = "val_unseen"
+GATE_FOLDER_SUFFIX = "_noinstruction"
+GATE_LABEL = "final-instruction_none"
+
+
+def own_mode(run: Run) -> str:
+    """The map mode a model is evaluated in for its floor and gate: its training mode ("-": latent)."""
+    return "-" if run.table != "table4" else str(run.train_mode)
+
+
 def common_overrides(scale: Scale) -> list[str]:
     s = scale.size
     return [*[f"simulator.{x}.{d}={s}" for x in ("rgb", "depth", "semantic") for d in ("width", "height")],

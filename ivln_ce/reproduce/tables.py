@@ -12,6 +12,10 @@ hierarchical bootstrap of ``stats.py`` (seeds, houses, tours), and the verdict o
 ``stats.verdict``: reproduced when the interval excludes 0 on the paper's side, not reproduced
 when it excludes 0 on the other side, inconclusive otherwise. "No better" claims (latent tour
 memory, known maps) take the sign of the paper's difference (negative).
+
+``findings.md`` opens with the gate: every model against itself without its instruction and
+against the random agent on val_unseen (sign-only checks); a memory finding is marked
+interpreted only when both of its models pass.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ivln_ce.data.jsonio import atomic_write_text
-from ivln_ce.reproduce.plan import COLUMNS, EVAL_SPLITS, MAP_MODES, PAPER_TABLE3, PAPER_TABLE4, REFERENCE_AGENTS, Run
+from ivln_ce.reproduce.plan import (COLUMNS, EVAL_SPLITS, GATE_FOLDER_SUFFIX, GATE_LABEL, GATE_SPLIT, MAP_MODES, PAPER_TABLE3,
+                                   PAPER_TABLE4, REFERENCE_AGENTS, Run, own_mode)
 from ivln_ce.reproduce.stats import NULL_MARGIN, VERDICTS, Comparison, Judgement, compare, judge, read_tours
 from ivln_ce.viz.runs import ResultsError
 from ivln_ce.viz.table import mean_se as seed_mean_se
@@ -39,8 +44,9 @@ NAMES = {"cma": "CMA", "tour_cma": "TourCMA", "pool_cma": "PoolCMA", "pool_end_c
 MODE_SHORT = {"episodic": "Ep", "iterative": "It", "known": "Kn"}
 
 
-def stats_file(out: Path, key: str, seed: int, split: str, mode: str) -> Path:
-    return out / "runs" / key / f"seed{seed}" / "eval" / f"{split}_{mode}" / f"iterative_stats_ckpt_final_{split}.json"
+def stats_file(out: Path, key: str, seed: int, split: str, mode: str, label: str = "final") -> Path:
+    folder = f"{split}_{mode}" + (GATE_FOLDER_SUFFIX if label == GATE_LABEL else "")
+    return out / "runs" / key / f"seed{seed}" / "eval" / folder / f"iterative_stats_ckpt_{label}_{split}.json"
 
 
 def _value(summary: dict, column: str) -> float | None:
@@ -83,16 +89,17 @@ def collect(out: Path, key: str, mode: str, seeds: int) -> tuple[dict, dict]:
     return values, sources
 
 
-def _paired(out: Path, a: tuple[str, str], b: tuple[str, str], seeds: int, split: str = "val_unseen",
+def _paired(out: Path, a: tuple[str, ...], b: tuple[str, ...], seeds: int, split: str = "val_unseen",
             resamples: int = RESAMPLES) -> Comparison | str:
     """Paired per-tour differences a - b over the seeds where both evaluations exist, with the
-    hierarchical bootstrap of ``stats.py``; a, b = (run key, eval mode). A string says why none."""
+    hierarchical bootstrap of ``stats.py``; a, b = (run key, eval mode[, label]). A string says why none."""
     pairs = []
+    la, lb = (a[2] if len(a) > 2 else "final"), (b[2] if len(b) > 2 else "final")
     for seed in range(seeds):
-        fa, fb = stats_file(out, a[0], seed, split, a[1]), stats_file(out, b[0], seed, split, b[1])
+        fa, fb = stats_file(out, a[0], seed, split, a[1], la), stats_file(out, b[0], seed, split, b[1], lb)
         if fa.exists() and fb.exists():
             try:
-                pairs.append((read_tours(fa.parent, split, "final"), read_tours(fb.parent, split, "final")))
+                pairs.append((read_tours(fa.parent, split, la), read_tours(fb.parent, split, lb)))
             except ResultsError as exc:
                 return str(exc)
     if not pairs:
@@ -143,12 +150,43 @@ def _finding(records: list, name: str, c: Comparison | str, paper: float, null: 
     return f"{name}: {_difference(c)}{decided} ({claim}) - {v.word}."
 
 
-def _floor_finding(records: list, name: str, c: Comparison | str) -> str:
-    name = f"{name} beats the random agent"
+def _floor_finding(records: list, name: str, c: Comparison | str, claim: str = "beats the random agent") -> tuple[str, str]:
+    """A sign-only check (A - B > 0): its line and its answer (yes, no (worse), inconclusive,
+    not computed)."""
+    name = f"{name} {claim}"
     v = _record(records, name, c, None, False)
     if v is None:
-        return f"{name}: not computed ({c})."
-    return f"{name}: {_difference(c)} - {dict(zip(VERDICTS, ('yes', 'no (worse)', 'inconclusive')))[v.word]}."
+        return f"{name}: not computed ({c}).", "not computed"
+    answer = dict(zip(VERDICTS, ("yes", "no (worse)", "inconclusive")))[v.word]
+    return f"{name}: {_difference(c)} - {answer}.", answer
+
+
+def _model_name(run: Run) -> str:
+    if run.table == "table3":
+        return NAMES[run.key]
+    return f"MAP-CMA ({'GT' if run.semantics == 'gt' else 'RedNet'} semantics, {run.train_mode} maps in training and evaluation)"
+
+
+def gate_findings(out: Path, runs: list[Run], seeds: int, records: list) -> tuple[list[str], dict[str, str]]:
+    """The gate of every trained model (docs/results/findings.md, first row): on val_unseen, in
+    its own map mode, it must beat the same model without its instruction and the random agent,
+    each interval excluding 0. Returns the lines and, per run key, ``passes``, ``fails`` or
+    ``not measured``."""
+    lines, state = [], {}
+    for run in runs:
+        mode, name = own_mode(run), _model_name(run)
+        reads, a1 = _floor_finding(records, name, _paired(out, (run.key, mode), (run.key, mode, GATE_LABEL), seeds, GATE_SPLIT),
+                                   "reads its instruction (full - no instruction)")
+        floor, a2 = _floor_finding(records, name, _paired(out, (run.key, mode), ("reference_random", "-"), seeds, GATE_SPLIT))
+        lines += [reads, floor]
+        state[run.key] = ("passes" if a1 == a2 == "yes" else "not measured" if "not computed" in (a1, a2) else "fails")
+    return lines, state
+
+
+def _interpretation(state: dict[str, str], *keys: str) -> str:
+    """Whether a memory finding between these models is interpreted: only when each passes the gate."""
+    bad = [f"{k} {state.get(k, 'not measured')}" for k in dict.fromkeys(keys) if state.get(k) != "passes"]
+    return " Interpreted: the gate passes for both models." if not bad else f" Not interpreted: gate {', '.join(bad)}."
 
 
 def _rows_table3(out: Path, runs: list[Run], seeds: int):
@@ -239,12 +277,15 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
         atomic_write_text(out / f"{name}_sources.json", json.dumps(sources, indent=2))
         files += [out / f"{name}.{ext}" for ext in ("md", "csv", "tex")]
     keys = {r.key for r in runs}
+    gate_lines, gate = gate_findings(out, runs, seeds, records)
+    verdicts += gate_lines
     if by_table["table3"] and "cma" in keys:
         for m in ("tour_cma", "pool_cma", "pool_end_cma"):
             if m in keys:
                 paper = PAPER_TABLE3[m]["val_unseen"][-1] - PAPER_TABLE3["cma"]["val_unseen"][-1]
                 verdicts.append(_finding(records, f"Latent tour memory does not help: {NAMES[m]} - CMA",
-                                         _paired(out, (m, "-"), ("cma", "-"), seeds), paper, null=True))
+                                         _paired(out, (m, "-"), ("cma", "-"), seeds), paper, null=True)
+                                + _interpretation(gate, m, "cma"))
     if by_table["table4"]:
         checks = [("gt", ("map_cma_gt_iterative", "iterative"), ("map_cma_gt_episodic", "episodic"), 1,
                    "Map memory over tours helps (GT semantics): train+eval It - train+eval Ep"),
@@ -259,13 +300,12 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
                 pa = PAPER_TABLE4[(sem, a[0].rsplit("_", 1)[1], a[1])]["val_unseen"][-1]
                 pb = PAPER_TABLE4[(sem, b[0].rsplit("_", 1)[1], b[1])]["val_unseen"][-1]
                 # "helps" claims the paper's difference; "no better than" claims no effect
-                verdicts.append(_finding(records, name, _paired(out, a, b, seeds), pa - pb, null=direction < 0))
-    for run in runs:  # the floor: a trained model should beat the random agent on the same tours
-        mode = "-" if run.table == "table3" else run.train_mode
-        name = NAMES[run.key] if run.table == "table3" else (
-            f"MAP-CMA ({'GT' if run.semantics == 'gt' else 'RedNet'} semantics, {mode} maps in training and evaluation)")
-        verdicts.append(_floor_finding(records, name, _paired(out, (run.key, mode), ("reference_random", "-"), seeds)))
+                verdicts.append(_finding(records, name, _paired(out, a, b, seeds), pa - pb, null=direction < 0)
+                                + _interpretation(gate, a[0], b[0]))
     if verdicts:
-        atomic_write_text(out / "findings.md", "# Findings\n\n" + "".join(f"- {v}\n" for v in verdicts))
+        text = ("# Findings\n\n## The gate: the agents read (full - no instruction, and - the random agent, val_unseen)\n\n"
+                + "".join(f"- {v}\n" for v in gate_lines) + "\n## The paper's findings\n\n"
+                + ("".join(f"- {v}\n" for v in verdicts[len(gate_lines):]) or "- (none for these models)\n"))
+        atomic_write_text(out / "findings.md", text)
         atomic_write_text(out / "findings.json", json.dumps(records, indent=2))
-    return {"files": files, "verdicts": verdicts}
+    return {"files": files, "verdicts": verdicts, "gate": gate}

@@ -58,3 +58,22 @@ def test_latent_models_are_not_fine_tuned_at_the_default_scale(tmp_path):
     for run in runs_for("table3"):
         (only,) = train_stages(tmp_path, SCALES["default"], run, seed=0)
         assert _as_dict(only.overrides)["train.split"] == "train" and only.warm_from is None
+
+
+def test_the_gate_evaluates_each_model_in_its_own_mode_without_instructions(tmp_path):
+    from ivln_ce.config import load_config
+    from ivln_ce.reproduce.pipeline import base_overrides, gate_eval_overrides
+    from ivln_ce.reproduce.plan import SCALES, runs_for
+
+    scale = SCALES["tiny"]
+    runs = {r.key: r for r in runs_for("all")}
+    for key, mode in (("cma", None), ("tour_cma", None), ("map_cma_gt_episodic", "episodic"), ("map_cma_rednet_known", "known")):
+        run = runs[key]
+        over = gate_eval_overrides(tmp_path, scale, run, 1, tmp_path / "ckpt.3.pth", ["t1"])
+        cfg = load_config(None, base_overrides(tmp_path, tmp_path / "data", scale, run, 1, "cpu") + over)
+        assert (cfg.eval.split, cfg.eval.instruction, cfg.eval.label) == ("val_unseen", "none", "final-instruction_none")
+        folder = "val_unseen_-_noinstruction" if mode is None else f"val_unseen_{mode}_noinstruction"
+        assert cfg.results_dir == str(tmp_path / "runs" / key / "seed1" / "eval" / folder)
+        assert cfg.policy.checkpoint == str(tmp_path / "ckpt.3.pth") and list(cfg.eval.tours) == ["t1"]
+        if mode is not None:
+            assert cfg.mapping.mode.value == mode

@@ -60,9 +60,17 @@ def check_tables_have_the_papers_structure_and_every_cell_traces_to_a_file(repro
                 tl = r[head.index(f"{('VS', 'VU')[s_i]} TL")]
                 assert tl == f"{stats['path_length']:.1f}"
     findings = (out / "findings.md").read_text()
-    # 3 + 4 findings of the paper, and one "beats the random agent" per trained model
-    assert findings.count("paired difference") + findings.count("not computed") == 3 + 4 + len(TABLE3) + 6
-    assert findings.count("beats the random agent") == len(TABLE3) + 6
+    # 3 + 4 findings of the paper, and the gate of every trained model: it reads its instruction, it
+    # beats the random agent
+    models = len(TABLE3) + 6
+    assert findings.count("paired difference") + findings.count("not computed") == 3 + 4 + 2 * models
+    assert findings.count("beats the random agent") == findings.count("reads its instruction") == models
+    gate = json.loads((out / "findings.json").read_text())
+    assert sum(1 for r in gate if r["finding"].endswith("reads its instruction (full - no instruction)") and r["computed"]) == models
+    for key, mode in (("cma", "-"), ("map_cma_gt_iterative", "iterative")):
+        stats = json.loads((out / "runs" / key / "seed0" / "eval" / f"val_unseen_{mode}_noinstruction"
+                            / "iterative_stats_ckpt_final-instruction_none_val_unseen.json").read_text())
+        assert stats["label"] == "final-instruction_none"
     assert "reference_random/seed0/eval/val_unseen_-" in json.loads((out / "fingerprints.json").read_text())
     readme = (out / "README.md").read_text()
     assert "--scale tiny" in readme and "Deviations" in readme and "cores" in readme
