@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Batch 8 against the large-batch overlay, CMA recipe, one seed, on the `small` benchmark:
+# Batch 8 against the large-batch overlay (CMA recipe by default) on the `small` benchmark:
 # teacher-forced validation accuracy on val_seen after every epoch (train.val_split) and
 # t-nDTW on val_unseen, at equal epochs. Resumable: a finished step is skipped, a killed
-# training resumes. Usage: WORK=/path/outside/the/repo bash docs/results/large_batch/run.sh
+# training resumes. Every seed's frozen encoders are seed 0's (policy.frozen_encoder_seed=0, as
+# pretrained encoders are shared), so all runs train on one teacher-forcing store; seed 0 writes
+# WORK/ARM and WORK/eval_ARM, seed S > 0 WORK/ARM_sS and WORK/eval_ARM_sS.
+# Usage: [SEED=S] [ARMS="b8 b64"] WORK=/path/outside/the/repo bash docs/results/large_batch/run.sh
 # On a GPU: RECIPE=configs/embedded/map_cma_iterative_gt.yaml DEVICE=cuda ARMS=b64 \
 #   EXTRA="train.num_envs=14 eval.num_envs=14 train.loader_workers=3" WORK=... bash .../run.sh
 set -euo pipefail
@@ -22,11 +25,12 @@ for arm in $ARMS; do
     b128) extra=(--config configs/profiles/large_batch.yaml train.batch_size=128 train.lr_warmup_steps=6) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
-  out=$WORK/$arm
+  out=$WORK/$arm; [ "$SEED" = 0 ] || out=$WORK/${arm}_s$SEED
   [ -f "$out/train_summary.json" ] || ivln-ce train --config "$RECIPE" "${extra[@]}" data.root="$DATA" seed="$SEED" \
-      train.device="$DEVICE" train.val_split=val_seen train.store_cache="$WORK/tf_cache" \
+      train.device="$DEVICE" train.val_split=val_seen train.store_cache="$WORK/tf_cache" policy.frozen_encoder_seed=0 \
       train.out_dir="$out" results_dir="$out" "${more[@]}"
-  ls "$WORK/eval_$arm"/iterative_stats_ckpt_*_val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config "$RECIPE" data.root="$DATA" eval.agent=policy \
+  ev=$WORK/eval_$arm; [ "$SEED" = 0 ] || ev=$WORK/eval_${arm}_s$SEED
+  ls "$ev"/iterative_stats_ckpt_*_val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config "$RECIPE" data.root="$DATA" eval.agent=policy \
       eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.device="$DEVICE" \
-      policy.checkpoint="$out/ckpt.$last.pth" results_dir="$WORK/eval_$arm" "${more[@]}"
+      policy.checkpoint="$out/ckpt.$last.pth" results_dir="$ev" "${more[@]}"
 done
