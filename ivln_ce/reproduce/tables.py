@@ -152,12 +152,14 @@ def _finding(records: list, name: str, c: Comparison | str, paper: float, null: 
 
 def _floor_finding(records: list, name: str, c: Comparison | str, claim: str = "beats the random agent") -> tuple[str, str]:
     """A sign-only check (A - B > 0): its line and its answer (yes, no (worse), inconclusive,
-    not computed)."""
+    not computed), also kept in its record as ``answer``."""
     name = f"{name} {claim}"
     v = _record(records, name, c, None, False)
     if v is None:
+        records[-1]["answer"] = "not computed"
         return f"{name}: not computed ({c}).", "not computed"
     answer = dict(zip(VERDICTS, ("yes", "no (worse)", "inconclusive")))[v.word]
+    records[-1]["answer"] = answer
     return f"{name}: {_difference(c)} - {answer}.", answer
 
 
@@ -177,15 +179,28 @@ def gate_findings(out: Path, runs: list[Run], seeds: int, records: list) -> tupl
         mode, name = own_mode(run), _model_name(run)
         reads, a1 = _floor_finding(records, name, _paired(out, (run.key, mode), (run.key, mode, GATE_LABEL), seeds, GATE_SPLIT),
                                    "reads its instruction (full - no instruction)")
+        records[-1].update(gate_check="reads", model=run.key)
         floor, a2 = _floor_finding(records, name, _paired(out, (run.key, mode), ("reference_random", "-"), seeds, GATE_SPLIT))
+        records[-1].update(gate_check="beats random", model=run.key)
         lines += [reads, floor]
-        state[run.key] = ("passes" if a1 == a2 == "yes" else "not measured" if "not computed" in (a1, a2) else "fails")
+        state[run.key] = gate_state(a1, a2)
     return lines, state
 
 
-def _interpretation(state: dict[str, str], *keys: str) -> str:
-    """Whether a memory finding between these models is interpreted: only when each passes the gate."""
-    bad = [f"{k} {state.get(k, 'not measured')}" for k in dict.fromkeys(keys) if state.get(k) != "passes"]
+def gate_state(*answers: str) -> str:
+    """``passes`` when every check says yes; ``fails`` when a computed check says anything else
+    (no, inconclusive); ``not measured`` when nothing failed but a check is missing."""
+    if all(a == "yes" for a in answers):
+        return "passes"
+    return "fails" if any(a not in ("yes", "not computed") for a in answers) else "not measured"
+
+
+def _interpretation(records: list, state: dict[str, str], *keys: str) -> str:
+    """Whether a memory finding between these models (the last record) is interpreted: only when
+    each passes the gate; kept in the record (``interpreted``, ``gate``) and said in words."""
+    keys = tuple(dict.fromkeys(keys))
+    bad = [f"{k} {state.get(k, 'not measured')}" for k in keys if state.get(k) != "passes"]
+    records[-1].update(interpreted=not bad, gate={k: state.get(k, "not measured") for k in keys})
     return " Interpreted: the gate passes for both models." if not bad else f" Not interpreted: gate {', '.join(bad)}."
 
 
@@ -285,7 +300,7 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
                 paper = PAPER_TABLE3[m]["val_unseen"][-1] - PAPER_TABLE3["cma"]["val_unseen"][-1]
                 verdicts.append(_finding(records, f"Latent tour memory does not help: {NAMES[m]} - CMA",
                                          _paired(out, (m, "-"), ("cma", "-"), seeds), paper, null=True)
-                                + _interpretation(gate, m, "cma"))
+                                + _interpretation(records, gate, m, "cma"))
     if by_table["table4"]:
         checks = [("gt", ("map_cma_gt_iterative", "iterative"), ("map_cma_gt_episodic", "episodic"), 1,
                    "Map memory over tours helps (GT semantics): train+eval It - train+eval Ep"),
@@ -301,7 +316,7 @@ def write_tables(out: Path, table: str, runs: list[Run], seeds: int) -> dict[str
                 pb = PAPER_TABLE4[(sem, b[0].rsplit("_", 1)[1], b[1])]["val_unseen"][-1]
                 # "helps" claims the paper's difference; "no better than" claims no effect
                 verdicts.append(_finding(records, name, _paired(out, a, b, seeds), pa - pb, null=direction < 0)
-                                + _interpretation(gate, a[0], b[0]))
+                                + _interpretation(records, gate, a[0], b[0]))
     if verdicts:
         text = ("# Findings\n\n## The gate: the agents read (full - no instruction, and - the random agent, val_unseen)\n\n"
                 + "".join(f"- {v}\n" for v in gate_lines) + "\n## The paper's findings\n\n"

@@ -73,6 +73,9 @@ def check_rl_config(cfg: DictConfig) -> None:
         raise ConfigError("train.precision=bf16 is for teacher forcing and DAgger; train.trainer=rl compares the updated "
                           "log-probabilities with the rollout's (PPO's ratio), so both must be computed alike: set "
                           "train.precision=fp32")
+    if cfg.train.channels_last:
+        raise ConfigError("train.channels_last applies to teacher forcing and DAgger; train.trainer=rl runs the map encoder "
+                          "as built: set train.channels_last=false")
     if cfg.train.lr_rule.value != "fixed" or int(cfg.train.lr_warmup_steps) > 0:
         raise ConfigError("train.lr_rule and train.lr_warmup_steps schedule teacher forcing and DAgger; train.trainer=rl "
                           "takes train.lr as it is: set train.lr_rule=fixed train.lr_warmup_steps=0")

@@ -91,6 +91,7 @@ class RunState:
     episodes_collected: int = 0
     steps_collected: int = 0
     val_collected: bool = False  # train.val_split's teacher-forcing store is complete (OUT/val_store)
+    val_store: dict[str, int] = field(default_factory=dict)  # its episodes per shard, checked on resume
     #: one record per epoch on train.val_split: round, epoch, step, action accuracy and loss
     validation: list[dict] = field(default_factory=list)
     done: bool = False
@@ -123,6 +124,23 @@ class TrainingData:
 
 def _fmt(template: str, split: str) -> str:
     return template.replace("{split}", split)
+
+
+def load_validation_data(cfg: DictConfig) -> TrainingData | None:
+    """``train.val_split``'s data (None when unset); a split that cannot be read or is empty is
+    an error naming the setting."""
+    split = str(cfg.train.val_split).strip()
+    if not split:
+        return None
+    try:
+        data = load_training_data(cfg, split)
+    except (ConfigError, TrainError) as exc:
+        raise ConfigError(f"train.val_split={split}: {exc}") from exc
+    except (OSError, ValueError, KeyError) as exc:  # a missing or malformed episodes, references or tours file
+        raise ConfigError(f"train.val_split={split}: its data cannot be read: {exc}") from exc
+    if not any(it.episodes for it in data.items):
+        raise ConfigError(f"train.val_split={split}: the split has no episodes to validate on")
+    return data
 
 
 def load_training_data(cfg: DictConfig, split: str | None = None) -> TrainingData:
@@ -204,7 +222,7 @@ def check_train_config(cfg: DictConfig) -> None:
     check_cuda_device("train.device", tc.device)
 
 
-def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
+def training_fingerprint(cfg: DictConfig, data: TrainingData, val_data: TrainingData | None = None) -> str:
     config = fpr.fingerprint_config(resolved(cfg))
     tree = json.loads(json.dumps(resolved(cfg)))
     p6 = p6_applies(cfg.policy.name.value, cfg.mapping.mode.value, bool(cfg.train.itmaps_ft_on_tours), float(cfg.train.p))
@@ -221,7 +239,11 @@ def training_fingerprint(cfg: DictConfig, data: TrainingData) -> str:
     files.update(checkpoint="" if is_random_init(cfg.policy.checkpoint) else cfg.policy.checkpoint, ddppo_weights=cfg.policy.ddppo_weights, rgb_weights=cfg.policy.rgb_weights,
                  embeddings=cfg.policy.embeddings)
     files.update(_rednet_file(cfg))
-    scenes = fpr.scene_digests(data.scenes_dir, _scene_pairs(data))
+    pairs = _scene_pairs(data)
+    if val_data is not None:  # the validation split's files and houses (train.val_split)
+        files.update({f"val_{k}": v for k, v in val_data.files.items()})
+        pairs = sorted(set(pairs) | set(_scene_pairs(val_data)))
+    scenes = fpr.scene_digests(data.scenes_dir, pairs)
     return fpr.digest({"config": config, "files": fpr.data_files(files), "scenes": scenes, "code": fpr.code_digest(),
                        "version": fpr.ivln_ce.__version__})
 
@@ -323,7 +345,7 @@ def _bad_state_fields(state: dict) -> list[str]:
               "collections": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
                   isinstance(x, dict) and all(isinstance(k, str) and (isinstance(n, (int, float, str)) or n is None)
                                               for k, n in x.items()) for x in v),
-              "val_collected": lambda v: isinstance(v, bool),
+              "val_collected": lambda v: isinstance(v, bool), "val_store": cursor,
               "validation": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
                   isinstance(x, dict) and all(isinstance(k, str) and (_plain_value(n) or (k == "ablations" and isinstance(n, dict) and all(
                       isinstance(a, str) and isinstance(r, dict) and all(_plain_value(q) for q in r.values()) for a, r in n.items())))
@@ -493,6 +515,7 @@ class RunStart:
     fingerprint: str
     policy: Any
     reports: list  # what loading a warm start said
+    val_data: TrainingData | None = None  # train.val_split's episodes (or tours)
 
     def claim_folder(self) -> None:
         """Make the output folder and claim it for this run (rank 0; temporaries of a killed run
@@ -527,11 +550,12 @@ def start_run(cfg: DictConfig) -> RunStart:
         device = f"cuda:{ddp.world()[2]}"
     torch.manual_seed(int(cfg.seed))
     data = load_training_data(cfg)
-    fingerprint = training_fingerprint(cfg, data)
+    val_data = load_validation_data(cfg)
+    fingerprint = training_fingerprint(cfg, data, val_data)
     policy, reports = build_policy(cfg.policy, data.vocab_size, cfg.train, device, seed=int(cfg.seed))
     for r in reports:
         log.info("%s", r)
-    return RunStart(Path(tc.out_dir), device, rank, world, data, fingerprint, policy, list(reports))
+    return RunStart(Path(tc.out_dir), device, rank, world, data, fingerprint, policy, list(reports), val_data)
 
 
 def use_channels_last(policy, on: bool) -> None:
@@ -557,7 +581,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     use_channels_last(policy, bool(tc.channels_last))
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(tc.lr))
-    val_data = load_training_data(cfg, str(tc.val_split)) if str(tc.val_split).strip() else None
+    val_data = run.val_data
     run.claim_folder()
     state = load_resume(out, fingerprint, policy, opt) if (out / RESUME_FILE).exists() else None
     if state is not None and rank == 0 and run_folder.read_marker(out) is None:
@@ -644,8 +668,11 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
+        if val_data is not None and state.val_collected and not _validation_store_intact(out / VAL_STORE, state.val_store):
+            ddp.barrier()  # every rank decided the same (the store is shared): collect it again
+            state.val_collected, state.val_store = False, {}
         if val_data is not None and not state.val_collected:
-            _collect_validation(cfg, val_data, policy, pipeline, out / VAL_STORE, rank, world, show_progress)
+            state.val_store = _collect_validation(cfg, val_data, policy, pipeline, out / VAL_STORE, rank, world, show_progress)
             state.val_collected = True
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
@@ -950,9 +977,14 @@ def _train_episodic_epoch(cfg, policy, opt, params, store, order, state: RunStat
     return False
 
 
-def _collect_validation(cfg, val_data: TrainingData, policy, pipeline, val_dir: Path, rank: int, world: int, show_progress: bool) -> None:
+def _collect_validation(cfg, val_data: TrainingData, policy, pipeline, val_dir: Path, rank: int, world: int,
+                        show_progress: bool) -> dict[str, int]:
     """Collect every item of ``train.val_split`` once with the expert (beta = 1) into ``val_dir``
-    (each rank its share); an incomplete store of a killed start is collected again."""
+    (each rank its share; observations always stored, whatever ``train.store_observations``);
+    an incomplete store of a killed start is collected again. The policy leaves it as it came:
+    its buffers (BatchNorm statistics, which collection in train mode, T3, updates) and the RNG
+    states are restored, so validation never changes what is trained. Returns the store's
+    episodes per shard."""
     from ivln_ce.evaluation.evaluator import shard
 
     if rank == 0 and val_dir.exists():
@@ -961,13 +993,53 @@ def _collect_validation(cfg, val_data: TrainingData, policy, pipeline, val_dir: 
     items = val_data.items
     plan = list(range(len(items)))
     mine = shard(items, plan, world)[rank] if world > 1 else plan
+    vcfg = OmegaConf.merge(cfg, {"train": {"store_observations": True}})
+    buffers = [b.detach().clone() for b in policy.buffers()]
+    rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     bar, progress = _episode_bar(items, mine, f"collect {cfg.train.val_split} (validation)", show_progress)
-    with TrajectoryWriter(val_dir, f"rank{rank}", fp16=bool(cfg.train.store_fp16), codec=cfg.train.store_codec.value) as w, \
-            ddp.local_statistics(policy):
-        collect_round(cfg, items, mine, val_data.references, val_data.scenes_dir, policy, pipeline, w, 1.0, 0, progress,
-                      full_plan=plan)
-    bar.close()
+    try:
+        with TrajectoryWriter(val_dir, f"rank{rank}", fp16=bool(cfg.train.store_fp16), codec=cfg.train.store_codec.value) as w, \
+                ddp.local_statistics(policy):
+            collect_round(vcfg, items, mine, val_data.references, val_data.scenes_dir, policy, pipeline, w, 1.0, 0, progress,
+                          full_plan=plan)
+    finally:
+        bar.close()
+        with torch.no_grad():
+            for b, saved in zip(policy.buffers(), buffers):
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
     ddp.barrier()
+    store = TrajectoryStore(val_dir)
+    try:
+        return store.lengths()
+    finally:
+        store.close()
+
+
+def _validation_store_intact(val_dir: Path, lengths: dict[str, int]) -> bool:
+    """Whether the validation store a resumed run finds is the one it collected: the episodes per
+    shard it recorded, every checksum passing. Anything else is collected again (it is derived)."""
+    if not lengths:
+        return False
+    try:
+        store = TrajectoryStore(val_dir)
+    except (StoreError, OSError) as exc:
+        log.warning("the validation store %s is missing or damaged (%s): collecting it again", val_dir, exc)
+        return False
+    try:
+        if store.lengths() != lengths:
+            log.warning("the validation store %s does not hold the episodes recorded (%s): collecting it again", val_dir, lengths)
+            return False
+        store.verify(lengths)
+        return True
+    except (StoreError, OSError) as exc:
+        log.warning("the validation store %s is damaged (%s): collecting it again", val_dir, exc)
+        return False
+    finally:
+        store.close()
 
 
 def _validate(cfg, policy, val_dir: Path, state: RunState, k: int, e: int, writer, rank: int, world: int) -> None:

@@ -75,7 +75,8 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
     assert v[2].startswith("TourCMA reads its instruction (full - no instruction): paired difference per tour in val_unseen "
                            "t-nDTW +0.0 ") and v[2].endswith(" - inconclusive.")
     assert v[4] == "PoolCMA reads its instruction (full - no instruction): not computed (no seed has both evaluations)."
-    assert result["gate"] == {"cma": "passes", "tour_cma": "fails", "pool_cma": "not measured", "pool_end_cma": "not measured"}
+    # PoolEndCMA has no evaluation without instructions, but its random-agent check is inconclusive: it fails
+    assert result["gate"] == {"cma": "passes", "tour_cma": "fails", "pool_cma": "not measured", "pool_end_cma": "fails"}
     v = v[8:]
     assert v[0] == ("Latent tour memory does not help: TourCMA - CMA: paired difference per tour in val_unseen t-nDTW +1.0 "
                     "(95 % interval -1.0 to +3.0; 4 tours in 2 houses, 3 seed(s)); t-interval on 2 house means or 3 seed means "
@@ -88,7 +89,7 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
     assert v[2] == ("Latent tour memory does not help: PoolEndCMA - CMA: paired difference per tour in val_unseen t-nDTW +0.0 "
                     "(95 % interval +0.0 to +0.0; 4 tours in 2 houses, 2 seed(s)); t-interval on 2 house means or 2 seed means "
                     "(the wider) +0.0 to +0.0 (paper +0, a claim of no effect (margin +-3)) - null reproduced. Not interpreted: "
-                    "gate pool_end_cma not measured.")
+                    "gate pool_end_cma fails.")
     findings = (tmp_path / "findings.md").read_text()
     assert findings.count("beats the random agent") == 4 and findings.count("reads its instruction") == 4
     assert findings.index("## The gate") < findings.index("CMA reads") < findings.index("## The paper's findings") < findings.index("Latent")
@@ -104,7 +105,12 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
         None, "inconclusive",  # PoolEndCMA
         "inconclusive", "not reproduced", "null reproduced"]
     assert records[4] == {"finding": "PoolCMA reads its instruction (full - no instruction)", "computed": False,
-                          "why": "no seed has both evaluations", "paper": None}
+                          "why": "no seed has both evaluations", "paper": None, "answer": "not computed", "gate_check": "reads",
+                          "model": "pool_cma"}
+    assert [(r["model"], r["gate_check"], r["answer"]) for r in records[:2]] == [("cma", "reads", "yes"), ("cma", "beats random", "yes")]
+    assert [(r["interpreted"], r["gate"]) for r in records[8:]] == [
+        (False, {"tour_cma": "fails", "cma": "passes"}), (False, {"pool_cma": "not measured", "cma": "passes"}),
+        (False, {"pool_end_cma": "fails", "cma": "passes"})]
     sr = records[1]["intervals"]["SR"]  # every tour's SR is 25 in both: a zero difference
     assert (sr["mean"], sr["low"], sr["high"], sr["seeds"]) == (0.0, 0.0, 0.0, 3)
     records = records[8:]
@@ -121,6 +127,15 @@ def test_cells_and_findings_match_a_hand_computation(tmp_path):
     assert sources["reference_random"]["val_unseen"] == [
         str(stats_file(tmp_path, "reference_random", s, "val_unseen", "-").relative_to(tmp_path)) for s in range(3)]
     assert len(sources["pool_end_cma"]["val_seen"]) == 2
+
+
+@pytest.mark.parametrize("answers, state", [(("yes", "yes"), "passes"), (("yes", "inconclusive"), "fails"),
+                                            (("not computed", "no (worse)"), "fails"), (("not computed", "yes"), "not measured"),
+                                            (("not computed", "not computed"), "not measured")])
+def test_gate_state_fails_whenever_a_computed_check_is_not_yes(answers, state):
+    from ivln_ce.reproduce.tables import gate_state
+
+    assert gate_state(*answers) == state
 
 
 def test_evaluations_without_t_ndtw_leave_the_finding_uncomputed(tmp_path):

@@ -52,11 +52,18 @@ def test_refusals_name_the_setting():
     check_train_config(_cfg("train.batch_size=64", "train.lr_rule=sqrt", "train.lr_reference_batch=8", "train.val_split=val_seen"))
 
 
-@pytest.mark.parametrize("recipe", sorted(p.name for p in Path("configs/embedded").glob("*.yaml") if not p.name.startswith("_")
-                                           and "_rl_" not in p.name))
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+RECIPES = sorted(p.name for p in (CONFIGS / "embedded").glob("*.yaml") if not p.name.startswith("_") and "_rl_" not in p.name)
+
+
+def test_every_embedded_teacher_forcing_recipe_is_covered():
+    assert len(RECIPES) == 10 and "cma.yaml" in RECIPES and "map_cma_iterative_gt.yaml" in RECIPES
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_the_large_batch_overlay_keeps_each_recipe_and_scales_its_rate(recipe):
-    base = load_config(f"configs/embedded/{recipe}", [])
-    both = load_config([f"configs/embedded/{recipe}", "configs/profiles/large_batch.yaml"], [])
+    base = load_config(CONFIGS / "embedded" / recipe, [])
+    both = load_config([CONFIGS / "embedded" / recipe, CONFIGS / "profiles" / "large_batch.yaml"], [])
     assert int(base.train.batch_size) == 8  # the overlay's reference batch is the recipes' batch
     assert (int(both.train.batch_size), both.train.lr_rule.value, int(both.train.lr_reference_batch)) == (64, "sqrt", 8)
     assert lr_rule.peak_of(both.train) == pytest.approx(float(base.train.lr) * math.sqrt(8), rel=1e-12)
@@ -175,9 +182,11 @@ class _Interrupted(Exception):
     pass
 
 
-def test_a_validated_run_stopped_after_an_epoch_resumes_to_the_same_records(tiny_benchmark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("store", ["intact", "deleted", "damaged"])
+def test_a_validated_run_stopped_after_an_epoch_resumes_to_the_same_records(tiny_benchmark, tmp_path, monkeypatch, store):
     """Stopped right after its first epoch's resume point, a run with validation resumes without
-    collecting the validation split again and ends with the uninterrupted run's records and weights."""
+    collecting the validation split again (or, when its store was deleted or damaged meanwhile,
+    collects it again) and ends with the uninterrupted run's records and weights."""
     import ivln_ce.training.trainer as trainer
 
     def args(out):
@@ -198,14 +207,56 @@ def test_a_validated_run_stopped_after_an_epoch_resumes_to_the_same_records(tiny
         train(load_config(None, args(tmp_path / "cut")), show_progress=False)
     monkeypatch.setattr(trainer, "save_resume", real_save)
     shard = tmp_path / "cut" / "val_store" / "rank0.data"
-    before = shard.stat().st_mtime_ns
+    if store == "deleted":
+        import shutil
+
+        shutil.rmtree(shard.parent)
+    elif store == "damaged":
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    before = shard.stat().st_mtime_ns if shard.exists() else None
     calls = []
     real_collect = trainer._collect_validation
     monkeypatch.setattr(trainer, "_collect_validation", lambda *a, **k: calls.append(1) or real_collect(*a, **k))
     resumed = train(load_config(None, args(tmp_path / "cut")), show_progress=False)
-    assert resumed["resumed"] is True and calls == [] and shard.stat().st_mtime_ns == before
+    assert resumed["resumed"] is True
+    if store == "intact":
+        assert calls == [] and shard.stat().st_mtime_ns == before
+    else:
+        assert calls == [1]
     assert len(full["validation"]) == 2 and resumed["validation"] == full["validation"]
     assert set(full["validation"][0]["ablations"]) == {"none"}
     a = read_checkpoint(tmp_path / "full" / "ckpt.1.pth")["state_dict"]
     b = read_checkpoint(tmp_path / "cut" / "ckpt.1.pth")["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("setting", ["bn_train_mode", "actions_only_store"])
+def test_validation_changes_nothing_trained_under_t3_or_an_actions_only_store(tiny_benchmark, tmp_path, setting):
+    """Under T3 collecting the validation split in train mode would move the frozen trunk's
+    BatchNorm statistics (and draw from the RNG); they are restored, so every tensor of the
+    checkpoint equals the run's without validation. With an actions-only training store the
+    validation store still holds observations, and scores every epoch."""
+    torch.set_num_threads(1)
+    extra = ["train.bn_train_mode=true"] if setting == "bn_train_mode" else ["train.store_observations=false"]
+    common = ["train.update_size=2", "train.epochs=2", "train.num_envs=1", *extra]
+    out, plain = tmp_path / "val", tmp_path / "plain"
+    summary = train(load_config(None, latent(tiny_benchmark, out, *common, "train.val_split=val_seen", f"train.out_dir={out}")),
+                    show_progress=False)
+    train(load_config(None, latent(tiny_benchmark, plain, *common, f"train.out_dir={plain}")), show_progress=False)
+    assert [r["epoch"] for r in summary["validation"]] == [0, 1]
+    assert all(0 <= r["action_accuracy"] <= 1 and math.isfinite(r["action_loss"]) for r in summary["validation"])
+    a = read_checkpoint(out / "ckpt.1.pth")["state_dict"]
+    b = read_checkpoint(plain / "ckpt.1.pth")["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    if setting == "bn_train_mode":
+        assert any("running_mean" in k for k in a)  # the statistics the validation collection would have moved
+
+
+def test_a_validation_split_that_cannot_be_read_is_refused_naming_the_setting(tiny_benchmark, tmp_path):
+    out = tmp_path / "x"
+    with pytest.raises(ConfigError, match="train.val_split=val_nowhere"):
+        train(load_config(None, latent(tiny_benchmark, out, "train.val_split=val_nowhere", f"train.out_dir={out}")),
+              show_progress=False)
+    assert not (out / "ivln_run.json").exists() and not (out / "store").exists()  # refused before the folder is claimed
