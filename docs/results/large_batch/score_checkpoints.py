@@ -5,7 +5,7 @@ epoch's checkpoint on the run's own validation store (``OUT/val_store``) with th
 trainer uses (``training.validation.score_store``): full instructions (equal to the run's own
 ``validation`` records, checked), none, and the last 5 tokens. Writes one JSON file.
 
-    python docs/results/large_batch/score_checkpoints.py RUN_DIR [RUN_DIR ...] --out scores.json
+    python docs/results/large_batch/score_checkpoints.py RUN_DIR [RUN_DIR ...] [--last] --out scores.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ivln_ce.training.trainer import _overrides, load_training_data
 from ivln_ce.training.validation import score_store
 
 
-def score_run(run: Path, ablations: list[str]) -> list[dict]:
+def score_run(run: Path, ablations: list[str], last_only: bool = False) -> list[dict]:
     tree = json.loads((run / "config.json").read_text())
     summary = json.loads((run / "train_summary.json").read_text())
     recorded = {(r["round"], r["epoch"]): r for r in summary["validation"]}
@@ -37,6 +37,8 @@ def score_run(run: Path, ablations: list[str]) -> list[dict]:
     try:
         ckpts = sorted(run.glob("ckpt.*.pth"), key=lambda p: int(re.findall(r"\d+", p.name)[0]))
         for n, ckpt in enumerate(ckpts):
+            if last_only and n < len(ckpts) - 1:
+                continue
             pcfg = load_config(None, _overrides(tree) + [f"policy.checkpoint={ckpt}"])
             policy, _ = build_policy(pcfg.policy, vocab, pcfg.train, "cpu")
             row = {"run": run.name, "checkpoint": ckpt.name, "epoch": n + 1}
@@ -58,10 +60,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--ablations", default="none,last:5")
+    ap.add_argument("--last", action="store_true", help="only each run's last checkpoint")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: share the machine with a running job)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    rows = [r for run in args.runs for r in score_run(run, args.ablations.split(","))]
+    torch.set_num_threads(args.threads)
+    rows = [r for run in args.runs for r in score_run(run, args.ablations.split(","), args.last)]
     atomic_write_text(args.out, json.dumps(rows, indent=1))
     return 0
 
