@@ -18,7 +18,7 @@ from ivln_ce.training.store import TrajectoryStore  # noqa: E402
 from ivln_ce.training.trainer import check_train_config, train  # noqa: E402
 from ivln_ce.training.validation import score_store, validation_batches  # noqa: E402
 
-from tests.training.test_trainer import latent  # noqa: E402
+from tests.training.test_trainer import latent, train_until_first_epoch  # noqa: E402
 
 
 def test_peak_rates_by_hand():
@@ -178,10 +178,6 @@ def summary_vocab(out):
     return len(ds.vocab) if ds.vocab is not None else 1 + max(t for e in ds for t in e.instruction_tokens)
 
 
-class _Interrupted(Exception):
-    pass
-
-
 @pytest.mark.parametrize("store", ["intact", "deleted", "damaged"])
 def test_a_validated_run_stopped_after_an_epoch_resumes_to_the_same_records(tiny_benchmark, tmp_path, monkeypatch, store):
     """Stopped right after its first epoch's resume point, a run with validation resumes without
@@ -195,17 +191,7 @@ def test_a_validated_run_stopped_after_an_epoch_resumes_to_the_same_records(tiny
 
     torch.set_num_threads(1)
     full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
-    real_save = trainer.save_resume
-
-    def save_then_stop(out, fingerprint, state, policy, opt, writer=None):
-        real_save(out, fingerprint, state, policy, opt, writer)
-        if state.epoch == 1:
-            raise _Interrupted
-
-    monkeypatch.setattr(trainer, "save_resume", save_then_stop)
-    with pytest.raises(_Interrupted):
-        train(load_config(None, args(tmp_path / "cut")), show_progress=False)
-    monkeypatch.setattr(trainer, "save_resume", real_save)
+    train_until_first_epoch(load_config(None, args(tmp_path / "cut")), monkeypatch)
     shard = tmp_path / "cut" / "val_store" / "rank0.data"
     if store == "deleted":
         import shutil

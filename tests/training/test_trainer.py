@@ -364,22 +364,11 @@ def test_tour_sequential_training_and_the_evaluator_reads_its_checkpoints(tiny_b
     assert ev["label"] == "0" and ev["num_tours"] == 1 and ev["agent"] == "tour_cma"
 
 
-class _Interrupted(Exception):
-    pass
-
-
-def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_benchmark, tmp_path, monkeypatch):
-    """The fast suite's training step with resume: teacher forcing stopped right after its first
-    epoch's resume point, run again, ends with an uninterrupted run's weights and checkpoints
-    (the kill-at-every-phase variants are the slow kill-and-resume tests)."""
+def train_until_first_epoch(cfg, monkeypatch) -> None:
+    """Train ``cfg`` and stop it right after its first epoch's resume point is saved, as a kill
+    at that moment would."""
     import ivln_ce.training.trainer as trainer
 
-    def args(out):
-        return latent(tiny_benchmark, out, "train.update_size=2", "train.epochs=3", "train.num_envs=1", f"train.out_dir={out}")
-
-    torch.set_num_threads(1)
-    full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
-    assert full["optimizer_steps"] == 3
     real_save = trainer.save_resume
 
     def save_then_stop(out, fingerprint, state, policy, opt, writer=None):
@@ -389,8 +378,25 @@ def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_
 
     monkeypatch.setattr(trainer, "save_resume", save_then_stop)
     with pytest.raises(_Interrupted):
-        train(load_config(None, args(tmp_path / "cut")), show_progress=False)
+        train(cfg, show_progress=False)
     monkeypatch.setattr(trainer, "save_resume", real_save)
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_run_stopped_after_an_epoch_resumes_to_the_uninterrupted_weights(tiny_benchmark, tmp_path, monkeypatch):
+    """The fast suite's training step with resume: teacher forcing stopped right after its first
+    epoch's resume point, run again, ends with an uninterrupted run's weights and checkpoints
+    (the kill-at-every-phase variants are the slow kill-and-resume tests)."""
+    def args(out):
+        return latent(tiny_benchmark, out, "train.update_size=2", "train.epochs=3", "train.num_envs=1", f"train.out_dir={out}")
+
+    torch.set_num_threads(1)
+    full = train(load_config(None, args(tmp_path / "full")), show_progress=False)
+    assert full["optimizer_steps"] == 3
+    train_until_first_epoch(load_config(None, args(tmp_path / "cut")), monkeypatch)
     assert [p.name for p in (tmp_path / "cut").glob("ckpt.*.pth")] == ["ckpt.0.pth"]
     first_start = read_checkpoint(tmp_path / "cut" / "resume.pt")["state"]["seconds"]
     assert first_start > 0
