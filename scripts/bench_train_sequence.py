@@ -98,7 +98,7 @@ def time_steps(model: str, batch, mode: str, precision: str, device: str, steps:
     ``train.channels_last``)."""
     policy = make_policy(model, device)
     if mode == "whole-cl":
-        from ivln_ce.training.trainer import use_channels_last
+        from ivln_ce.models.encoders import use_channels_last
 
         use_channels_last(policy, True)
         mode = "whole"

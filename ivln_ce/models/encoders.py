@@ -194,6 +194,13 @@ class MapEncoder(nn.Module):
         return self.cnn(maps).flatten(2)
 
 
+def use_channels_last(module: nn.Module, on: bool) -> None:
+    """Switch every map encoder inside ``module`` (MAP-CMA's) to channels-last inputs."""
+    for m in module.modules():
+        if isinstance(m, MapEncoder):
+            m.channels_last = on
+
+
 def map_input(occupancy: torch.Tensor, semantic: torch.Tensor, num_classes: int = 13) -> torch.Tensor:
     """(N, 64, 64) occupancy and class maps -> the 14-channel input (occupancy, one-hot 0..12)."""
     onehot = F.one_hot(semantic.long(), num_classes).permute(0, 3, 1, 2).float()

@@ -56,6 +56,7 @@ from ivln_ce.data.language_ablation import InstructionAblation
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.data.tours import evaluation_order, load_tours
 from ivln_ce.env.tour_env import TourItem
+from ivln_ce.models.encoders import use_channels_last
 from ivln_ce.models.factory import atomic_torch_save
 from ivln_ce.models.precision import autocast
 from ivln_ce.training import distributed as ddp
@@ -67,7 +68,7 @@ from ivln_ce.training.errors import TrainError
 from ivln_ce.training.step_log import log_step, step_scalars
 from ivln_ce.training.store import StoreError, TrajectoryStore, TrajectoryWriter
 from ivln_ce.training.tour_sequential import train_tour_epoch
-from ivln_ce.training.validation import VAL_STORE, score_store
+from ivln_ce.training.validation import VAL_STORE, score_store_ablations
 from ivln_ce.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,8 @@ class RunState:
     lane_states: Any = None  # tour-sequential: every lane's carried state after ``batch`` batches ([lanes, L, H], CPU)
     episodes_collected: int = 0
     steps_collected: int = 0
-    val_collected: bool = False  # train.val_split's teacher-forcing store is complete (OUT/val_store)
-    val_store: dict[str, int] = field(default_factory=dict)  # its episodes per shard, checked on resume
+    #: train.val_split's store (OUT/val_store), once complete: its episodes per shard, checked on resume
+    val_store: dict[str, int] = field(default_factory=dict)
     #: one record per epoch on train.val_split: round, epoch, step, action accuracy and loss
     validation: list[dict] = field(default_factory=list)
     done: bool = False
@@ -188,8 +189,11 @@ def check_train_config(cfg: DictConfig) -> None:
                           f"episode (episodic batches); train it with train.trainer=tour_sequential train.use_tours=true (the "
                           f"recipes in configs/embedded/{cfg.policy.name.value}.yaml and configs/paper/latent/)")
     for text in tc.val_ablations:
-        ablation = InstructionAblation.parse(text) if re.fullmatch(r"full|none|last:[1-9][0-9]{0,5}", str(text)) else None
-        if ablation is None or ablation.mode == "full":
+        try:
+            mode = InstructionAblation.parse(text).mode
+        except ValueError:
+            mode = None
+        if mode not in ("none", "last"):
             raise ConfigError(f"train.val_ablations: {text!r} is not none or last:K (K >= 1)")
     if list(tc.val_ablations) and not str(tc.val_split).strip():
         raise ConfigError("train.val_ablations scores train.val_split again with ablated instructions: set train.val_split")
@@ -345,7 +349,7 @@ def _bad_state_fields(state: dict) -> list[str]:
               "collections": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
                   isinstance(x, dict) and all(isinstance(k, str) and (isinstance(n, (int, float, str)) or n is None)
                                               for k, n in x.items()) for x in v),
-              "val_collected": lambda v: isinstance(v, bool), "val_store": cursor,
+              "val_store": cursor,
               "validation": lambda v: isinstance(v, list) and len(v) <= 1_000_000 and all(
                   isinstance(x, dict) and all(isinstance(k, str) and (_plain_value(n) or (k == "ablations" and isinstance(n, dict) and all(
                       isinstance(a, str) and isinstance(r, dict) and all(_plain_value(q) for q in r.values()) for a, r in n.items())))
@@ -558,15 +562,6 @@ def start_run(cfg: DictConfig) -> RunStart:
     return RunStart(Path(tc.out_dir), device, rank, world, data, fingerprint, policy, list(reports), val_data)
 
 
-def use_channels_last(policy, on: bool) -> None:
-    """Switch the map encoders of ``policy`` (MAP-CMA's) to channels-last inputs."""
-    from ivln_ce.models.encoders import MapEncoder
-
-    for m in policy.modules():
-        if isinstance(m, MapEncoder):
-            m.channels_last = on
-
-
 def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     from ivln_ce.models.factory import save_checkpoint
 
@@ -594,7 +589,7 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
     store_dir = out / "store"
     replay_dir = out / "replay"  # observations re-rendered from an actions-only store
     if resumed:
-        intact = _replay_cache_intact(replay_dir, state.replayed)  # every rank decides alike, before anything changes
+        intact = _store_intact(replay_dir, state.replayed)  # every rank decides alike, before anything changes
         ddp.barrier()
         if not intact:  # deleted or damaged: every rank replays every round
             state.replayed, state.replay_rounds = {}, 0
@@ -668,12 +663,11 @@ def _train(cfg: DictConfig, show_progress: bool) -> dict[str, Any]:
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
-        if val_data is not None and state.val_collected and not _validation_store_intact(out / VAL_STORE, state.val_store):
+        if val_data is not None and state.val_store and not _store_intact(out / VAL_STORE, state.val_store, "the validation store", exact=True):
             ddp.barrier()  # every rank decided the same (the store is shared): collect it again
-            state.val_collected, state.val_store = False, {}
-        if val_data is not None and not state.val_collected:
+            state.val_store = {}
+        if val_data is not None and not state.val_store:
             state.val_store = _collect_validation(cfg, val_data, policy, pipeline, out / VAL_STORE, rank, world, show_progress)
-            state.val_collected = True
             if rank == 0:
                 save_resume(out, fingerprint, state, policy, opt, writer)
             ddp.barrier()
@@ -746,19 +740,23 @@ def _episode_bar(items: list[TourItem], mine: list[int], desc: str, show: bool):
     return bar, progress
 
 
-def _replay_cache_intact(replay_dir: Path, lengths: dict[str, int]) -> bool:
-    """Whether the replay cache still holds, undamaged (every checksum), at least the episodes
-    its cursor records. A cache that fails is rebuilt: it is derived data."""
+def _store_intact(folder: Path, lengths: dict[str, int], what: str = "the replay cache", exact: bool = False) -> bool:
+    """Whether a derived store (the replay cache, the validation store) still holds, undamaged
+    (every checksum), the episodes its cursor records: at least those, or with ``exact`` those
+    and no more. A store that fails is rebuilt: it is derived data."""
     if not any(lengths.values()):
         return True
     try:
-        store = TrajectoryStore(replay_dir)
+        store = TrajectoryStore(folder)
         have = store.lengths()
+        if exact and have != lengths:
+            log.warning("%s %s does not hold the episodes recorded (%s): rebuilding it", what, folder, lengths)
+            return False
         if not all(have.get(shard, 0) >= n for shard, n in lengths.items()):
             return False
         store.verify(lengths)
     except (StoreError, OSError) as exc:
-        log.warning("the replay cache %s is damaged (%s): rebuilding it", replay_dir, exc)
+        log.warning("%s %s is damaged (%s): rebuilding it", what, folder, exc)
         return False
     finally:
         if "store" in locals():
@@ -1019,47 +1017,18 @@ def _collect_validation(cfg, val_data: TrainingData, policy, pipeline, val_dir: 
         store.close()
 
 
-def _validation_store_intact(val_dir: Path, lengths: dict[str, int]) -> bool:
-    """Whether the validation store a resumed run finds is the one it collected: the episodes per
-    shard it recorded, every checksum passing. Anything else is collected again (it is derived)."""
-    if not lengths:
-        return False
-    try:
-        store = TrajectoryStore(val_dir)
-    except (StoreError, OSError) as exc:
-        log.warning("the validation store %s is missing or damaged (%s): collecting it again", val_dir, exc)
-        return False
-    try:
-        if store.lengths() != lengths:
-            log.warning("the validation store %s does not hold the episodes recorded (%s): collecting it again", val_dir, lengths)
-            return False
-        store.verify(lengths)
-        return True
-    except (StoreError, OSError) as exc:
-        log.warning("the validation store %s is damaged (%s): collecting it again", val_dir, exc)
-        return False
-    finally:
-        store.close()
-
-
 def _validate(cfg, policy, val_dir: Path, state: RunState, k: int, e: int, writer, rank: int, world: int) -> None:
     """Score the policy on the validation store after epoch ``e`` of round ``k``; kept in the
     run state (and so in the summary) and logged as ``val/action_accuracy``, ``val/action_loss``."""
     tc = cfg.train
     store = TrajectoryStore(val_dir)
     try:
-        score = score_store(policy, store, int(tc.batch_size), float(tc.inflection_weight), tc.precision, rank, world)
+        scores = score_store_ablations(policy, store, int(tc.batch_size), float(tc.inflection_weight), tc.precision, rank, world,
+                                       tuple(str(t) for t in tc.val_ablations))
     finally:
         store.close()
-    ablated = {}
-    store = TrajectoryStore(val_dir)
-    try:
-        for text in tc.val_ablations:
-            a = score_store(policy, store, int(tc.batch_size), float(tc.inflection_weight), tc.precision, rank, world,
-                            InstructionAblation.parse(text))
-            ablated[str(text)] = {key: a[key] for key in ("action_accuracy", "action_loss")}
-    finally:
-        store.close()
+    score = scores.pop("full")
+    ablated = {t: {key: a[key] for key in ("action_accuracy", "action_loss")} for t, a in scores.items()}
     state.validation.append({"round": k, "epoch": e, "step": state.step, **score, **({"ablations": ablated} if ablated else {})})
     if writer is not None:
         writer.add_scalar("val/action_accuracy", score["action_accuracy"], state.step)

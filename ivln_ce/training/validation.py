@@ -44,14 +44,19 @@ def ablate_batch_instructions(instruction: torch.Tensor, ablation: InstructionAb
 
 
 @torch.no_grad()
-def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: float, precision, rank: int = 0, world: int = 1,
-                ablation: InstructionAblation | None = None) -> dict:
-    """Accuracy and action loss of ``policy`` on every episode of ``store`` (this rank scores its
-    share of every batch; the sums cover all ranks), with the instructions ablated when asked."""
+def score_store_ablations(policy, store: TrajectoryStore, batch_size: int, inflection: float, precision, rank: int = 0,
+                          world: int = 1, ablations: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Accuracy and action loss of ``policy`` on every episode of ``store``, with the full
+    instructions (key ``full``) and with each of ``ablations`` (``none``, ``last:K``), in one pass
+    over the store: each batch is read and collated once. This rank scores its share of every
+    batch; the sums cover all ranks."""
     device = next(policy.parameters()).device
+    names = ["full", *[str(a) for a in ablations]]
+    parsed = [InstructionAblation.parse(n) for n in names]
     was_training = policy.training
     policy.eval()
-    sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss sum over episodes, episodes, correct, valid
+    # per name: loss sum over episodes, episodes, correct, valid
+    sums = torch.zeros(len(names), 4, dtype=torch.float64, device=device)
     lengths = [store.steps(i) for i in range(len(store))]
     try:
         for batch_ids in validation_batches(lengths, batch_size):
@@ -59,21 +64,31 @@ def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: flo
             if not mine:
                 continue
             batch = collate([store[i] for i in mine], inflection).to(device)
-            obs = dict(batch.observations)
-            if ablation is not None:
+            for n, ablation in enumerate(parsed):
+                obs = dict(batch.observations)
                 obs["instruction"] = ablate_batch_instructions(obs["instruction"], ablation)
-            with autocast(precision, device):
-                logits, _, _ = policy.forward_sequence(obs, batch.prev_actions, batch.masks, batch.masks)
-            logits = logits.float()
-            ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
-            per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)
-            correct = (logits.argmax(-1) == batch.expert)[batch.valid].sum()
-            sums += torch.stack([per_episode.sum().double(), torch.tensor(float(len(mine)), dtype=torch.float64, device=device),
-                                 correct.double(), batch.valid.sum().double()])
+                with autocast(precision, device):
+                    logits, _, _ = policy.forward_sequence(obs, batch.prev_actions, batch.masks, batch.masks)
+                logits = logits.float()
+                ce = F.cross_entropy(logits.flatten(0, 1), batch.expert.flatten(), reduction="none").view_as(batch.weights)
+                per_episode = (ce * batch.weights).sum(0) / batch.weights.sum(0).clamp(min=1e-9)
+                correct = (logits.argmax(-1) == batch.expert)[batch.valid].sum()
+                sums[n] += torch.stack([per_episode.sum().double(), torch.tensor(float(len(mine)), dtype=torch.float64, device=device),
+                                        correct.double(), batch.valid.sum().double()])
     finally:
         policy.train(was_training)
     if world > 1:
         sums = ddp.sum_over_ranks(sums)
-    loss, episodes, correct, valid = sums.tolist()
-    return {"action_accuracy": correct / valid if valid else float("nan"),
-            "action_loss": loss / episodes if episodes else float("nan"), "episodes": int(episodes), "steps": int(valid)}
+    out = {}
+    for name, (loss, episodes, correct, valid) in zip(names, sums.tolist()):
+        out[name] = {"action_accuracy": correct / valid if valid else float("nan"),
+                     "action_loss": loss / episodes if episodes else float("nan"), "episodes": int(episodes), "steps": int(valid)}
+    return out
+
+
+def score_store(policy, store: TrajectoryStore, batch_size: int, inflection: float, precision, rank: int = 0, world: int = 1,
+                ablation: InstructionAblation | None = None) -> dict:
+    """``score_store_ablations`` for one setting: the full instructions, or ``ablation``."""
+    if ablation is None or not ablation.ablated:
+        return score_store_ablations(policy, store, batch_size, inflection, precision, rank, world)["full"]
+    return score_store_ablations(policy, store, batch_size, inflection, precision, rank, world, (str(ablation),))[str(ablation)]

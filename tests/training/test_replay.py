@@ -130,7 +130,7 @@ def test_a_lost_or_damaged_replay_cache_is_noticed(tmp_path):
     holds it damaged (a checksum fails);
     truncating a store to a shard that is gone is an error, not an empty shard."""
     from ivln_ce.training.store import StoreError
-    from ivln_ce.training.trainer import _replay_cache_intact
+    from ivln_ce.training.trainer import _store_intact as _replay_cache_intact
 
     ep = Episode({"episode_id": "1", "tour_id": "0", "steps": 2, "round": 0, "order": [0, 0, 0], "position": 0},
                  {}, {"executed_actions": np.zeros(2, np.int8)})

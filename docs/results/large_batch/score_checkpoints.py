@@ -2,7 +2,7 @@
 
 The runs of this folder were started before ``train.val_ablations`` existed; this scores each
 epoch's checkpoint on the run's own validation store (``OUT/val_store``) with the function the
-trainer uses (``training.validation.score_store``): full instructions (equal to the run's own
+trainer uses (``training.validation.score_store_ablations``): full instructions (equal to the run's own
 ``validation`` records, checked), none, and the last 5 tokens. Writes one JSON file.
 
     python docs/results/large_batch/score_checkpoints.py RUN_DIR [RUN_DIR ...] [--last] --out scores.json
@@ -19,11 +19,10 @@ import torch
 
 from ivln_ce.config import load_config
 from ivln_ce.data.jsonio import atomic_write_text
-from ivln_ce.data.language_ablation import InstructionAblation
 from ivln_ce.models.factory import build_policy
 from ivln_ce.training.store import TrajectoryStore
 from ivln_ce.training.trainer import _overrides, load_training_data
-from ivln_ce.training.validation import score_store
+from ivln_ce.training.validation import score_store_ablations
 
 
 def score_run(run: Path, ablations: list[str], last_only: bool = False) -> list[dict]:
@@ -42,9 +41,9 @@ def score_run(run: Path, ablations: list[str], last_only: bool = False) -> list[
             pcfg = load_config(None, _overrides(tree) + [f"policy.checkpoint={ckpt}"])
             policy, _ = build_policy(pcfg.policy, vocab, pcfg.train, "cpu")
             row = {"run": run.name, "checkpoint": ckpt.name, "epoch": n + 1}
-            for text in ["full", *ablations]:
-                s = score_store(policy, store, int(cfg.train.batch_size), float(cfg.train.inflection_weight), cfg.train.precision,
-                                ablation=InstructionAblation.parse(text))
+            scores = score_store_ablations(policy, store, int(cfg.train.batch_size), float(cfg.train.inflection_weight),
+                                           cfg.train.precision, ablations=tuple(ablations))
+            for text, s in scores.items():
                 row[text] = {k: s[k] for k in ("action_accuracy", "action_loss")}
             rec = recorded.get((0, n))
             if rec is not None:  # the trainer's own record of this epoch: the same function, the same weights
