@@ -5,7 +5,10 @@ For CMA (latent, RGB + depth features) and MAP-CMA (depth features + egocentric 
 run on the tiny synthetic benchmark:
 
 1. **Collect** teacher-forcing episodes (the same episodes for every encoding) and report
-   collection steps/s with the engine's breakdown.
+   collection steps/s, twice in the same run: the frozen encoders per tick
+   (``train.deferred_encoding=false``, the previous path) and deferred (each episode's frames
+   in chunks of 64), with the ratio and the largest feature difference between the two stores
+   (every other field must be identical).
 2. **Bytes per stored step** of the toolkit's store (fp16 + zlib, fp16 raw, fp32 raw) against
    the official layout: per episode, msgpack of ``[observation map, prev_actions,
    oracle_actions]`` where the observation map holds every sensor as a (T, ...) array, the
@@ -24,7 +27,7 @@ run on the tiny synthetic benchmark:
    speed ratio and the largest relative gap between the two loss curves.
 
     python scripts/bench_train.py [--data data/synthetic_tiny] [--episodes 24] [--batch 5] [--steps 10] [--small]
-                                  [--precision fp32,bf16]
+                                  [--size 64] [--precision fp32,bf16]
 
 5. With ``--sequence`` (and only then): the training step's whole-sequence forward against the
    per-step loop, timesteps/s and kernel launches or operator calls per optimizer step
@@ -86,15 +89,39 @@ def _overrides(args, name: str, out: Path) -> list[str]:
             f"train.device={args.device}"]
     if args.small:
         over += ["policy.depth_backbone=small", "policy.rgb_depth=18"]
+    if args.size:
+        over += [f"simulator.{s}.{d}={args.size}" for s in ("rgb", "depth", "semantic") for d in ("width", "height")]
     return over
 
 
-def collect(args, name: str, out: Path) -> tuple[dict, float]:
+def collect(args, name: str, out: Path, deferred: bool = True) -> tuple[dict, float]:
     from ivln_ce.training.trainer import train
 
     t = time.perf_counter()
-    summary = train(load_config(None, _overrides(args, name, out)), show_progress=False)
+    over = _overrides(args, name, out) + [f"train.deferred_encoding={str(deferred).lower()}"]
+    summary = train(load_config(None, over), show_progress=False)
     return summary, time.perf_counter() - t
+
+
+def store_difference(a: Path, b: Path) -> tuple[float, bool]:
+    """Largest feature difference (relative to the feature's scale) between two stores of the
+    same episodes, and whether every other field is identical."""
+    from ivln_ce.training.store import TrajectoryStore
+    from ivln_ce.training.trainer import canonical_order
+
+    sa, sb = TrajectoryStore(a), TrajectoryStore(b)
+    ea, eb = [sa[i] for i in canonical_order(sa)], [sb[i] for i in canonical_order(sb)]
+    if [e.meta for e in ea] != [e.meta for e in eb]:
+        raise SystemExit("the two collections stored other episodes")
+    worst, identical = 0.0, True
+    for x, y in zip(ea, eb):
+        for k in x.steps:
+            u, v = np.asarray(x.steps[k]), np.asarray(y.steps[k])
+            if k.endswith("_features"):
+                worst = max(worst, float(np.abs(u.astype(np.float64) - v).max() / max(np.abs(v).max(), 1e-12)))
+            else:
+                identical &= bool(np.array_equal(u, v))
+    return worst, identical
 
 
 def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
@@ -273,19 +300,28 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--small", action="store_true", help="small depth CNN and ResNet-18 RGB trunk")
+    ap.add_argument("--size", type=int, default=0, help="square frames of this many pixels (0: the defaults, "
+                    "256 px depth and 224 px RGB; the embedded recipes use 64)")
     ap.add_argument("--device", default="cpu", help="where the training steps run (collection follows it)")
     ap.add_argument("--precision", default="fp32",
                     help="comma-separated forward precisions to time, each from the same weights (fp32, bf16)")
     args = ap.parse_args(argv)
     build_synthetic("tiny", args.data, progress=False)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; {'small encoders' if args.small else 'official encoders (DD-PPO ResNet-50, RGB ResNet-50)'}")
+          f"{torch.get_num_threads()} threads; {'small encoders' if args.small else 'official encoders (DD-PPO ResNet-50, RGB ResNet-50)'}, "
+          f"{f'{args.size} px frames' if args.size else 'default frame sizes'}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name in args.models.split(","):
+            tick, _ = collect(args, name, tmp / f"{name}_tick", deferred=False)
             summary, secs = collect(args, name, tmp / name)
             print(f"\n{name}: collected {summary['episodes_collected']} episodes, {summary['steps_collected']} steps "
                   f"in {secs:.1f} s (start-up included) -> {summary['steps_collected'] / secs:.1f} steps/s")
+            a, b = (r["collections"][0]["env_steps_per_s"] for r in (tick, summary))
+            worst, same = store_difference(tmp / name / "store", tmp / f"{name}_tick" / "store")
+            print(f"  collection (workers started): encoders per tick {a:.1f} steps/s, deferred {b:.1f} steps/s "
+                  f"({b / a:.2f}x, same run); deferred vs per tick: largest feature difference {worst:.2g} of its "
+                  f"scale, actions/labels/maps/progress {'identical' if same else 'DIFFERENT'}")
             sizes = store_sizes(tmp / name / "store", tmp / f"{name}_sizes")
             official = sizes["official msgpack fp32"]
             print("  bytes per stored step (ratio: official fp32 / this):")

@@ -91,13 +91,20 @@ class ObservationPipeline:
         out["feature_rows"] = rows
         if (self.depth_encoder is not None or self.rgb_encoder is not None) and rows:
             index = torch.tensor(rows, device=self.device) if len(rows) != len(views) else None
-            with self._timed("encoders"), torch.no_grad():
-                if self.depth_encoder is not None:
-                    depth = out["depth"] if index is None else out["depth"].index_select(0, index)
-                    out["depth_features"] = self.depth_encoder.features(depth.float())
-                if self.rgb_encoder is not None:
-                    rgb = out["rgb"] if index is None else out["rgb"].index_select(0, index)
-                    out["rgb_features"] = self.rgb_encoder.features(rgb)
+            pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
+            out.update(self.encode(pick(out["depth"]) if self.depth_encoder is not None else None,
+                                   pick(out["rgb"]) if self.rgb_encoder is not None else None))
+        return out
+
+    def encode(self, depth: torch.Tensor | None, rgb: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The frozen encoders' features of a batch of frames (``depth`` (N, H, W, 1),
+        ``rgb`` (N, H, W, 3) uint8, on this device): ``depth_features`` / ``rgb_features``."""
+        out = {}
+        with self._timed("encoders"), torch.no_grad():
+            if depth is not None:
+                out["depth_features"] = self.depth_encoder.features(depth.float())
+            if rgb is not None:
+                out["rgb_features"] = self.rgb_encoder.features(rgb)
         return out
 
     def drop(self, stream: str) -> None:

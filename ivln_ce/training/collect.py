@@ -24,6 +24,13 @@ and takes whole tours (or episodes) until ``update_size`` episodes are covered, 
 stream samples and flips its coins from generators seeded by (seed, round, tour), so the
 collected set does not depend on the number of environments or ranks (with the fixed
 profile's eval-mode collection). Each episode's ``order`` key places it canonically.
+
+Teacher forcing (beta = 1, no T3: the policy never runs) needs no features to decide, so with
+``train.deferred_encoding`` (the default) the frozen encoders see each episode's frames in
+batches of ``ENCODE_CHUNK`` as they accumulate, and the rest when it ends, instead of the few
+frames of every tick: a CPU encodes a batch of 64 frames several times faster per frame than
+one or two. A frame's features then depend only on its episode (not on which streams shared
+its tick); they equal the per-tick path's within rounding.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ from ivln_ce.rollout.engine import RolloutEngine
 from ivln_ce.rollout.streams import StreamView
 from ivln_ce.rollout.policy_agent import tour_key
 from ivln_ce.training.store import Episode, TrajectoryWriter
+
+#: frames per frozen-encoder call in deferred teacher-forcing collection
+ENCODE_CHUNK = 64
 
 
 def beta_for_round(p: float, k: int, warm_started: bool) -> float:
@@ -161,7 +171,8 @@ class CollectDriver:
 
     def __init__(self, policy, pipeline, writer: TrajectoryWriter, beta: float, seed: int, round_: int,
                  order_of: dict[str, int], run_policy: bool = True, bn_train_mode: bool = False, fp16_tokens: bool = False,
-                 observations: bool = True, script: dict[tuple[str, str], dict[str, np.ndarray]] | None = None):
+                 observations: bool = True, script: dict[tuple[str, str], dict[str, np.ndarray]] | None = None,
+                 deferred_encoding: bool = False):
         from ivln_ce.models.cma import PolicyState
 
         self.policy, self.pipeline, self.writer = policy, pipeline, writer
@@ -180,6 +191,9 @@ class CollectDriver:
         self.replayed: set[tuple[str, str]] = set()
         self.maps_needed = hasattr(policy.net, "map_encoder")
         self.rgb_needed = getattr(policy.net, "rgb_encoder", None) is not None
+        # the policy never runs: buffered steps hold their raw frames under the feature keys
+        # until ``_encode_buffered`` replaces them (buffer["encoded"] steps hold features)
+        self.deferred = bool(deferred_encoding and observations and not run_policy)
 
     def _rng(self, view: StreamView) -> np.random.Generator:
         g = self.rngs.get(view.stream_id)
@@ -193,6 +207,8 @@ class CollectDriver:
         if not buf or buf["episode_id"] != episode_id or not buf["steps"]:
             return
         steps = buf["steps"]
+        if self.deferred:
+            self._encode_buffered(buf, final=True)
         fields = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
         T = len(steps)
         if self.script is not None:
@@ -228,7 +244,7 @@ class CollectDriver:
         agent_rows = [i for i, v in enumerate(views) if v.info["produce_action"]]
         policy_rows = self._policy_rows(views)
         rows = sorted(set(agent_rows) | set(policy_rows))
-        batch = self.pipeline(views, rows)
+        batch = self.pipeline(views, [] if self.deferred else rows)
         where = {r: n for n, r in enumerate(rows)}  # view row -> feature row
         sampled: dict[int, int] = {}
         if policy_rows and self.script is None:
@@ -247,14 +263,15 @@ class CollectDriver:
             for n, i in enumerate(policy_rows):
                 p = probs[n] / probs[n].sum()
                 sampled[i] = int(self._rng(views[i]).choice(4, p=p))
-        depth = batch["depth_features"].cpu().numpy() if rows else None
-        rgb = batch["rgb_features"].cpu().numpy() if (self.rgb_needed and rows) else None
+        frames = "" if self.deferred else "_features"  # deferred: the raw frames, encoded later
+        depth = batch["depth" + frames].cpu().numpy() if rows else None
+        rgb = batch["rgb" + frames].cpu().numpy() if (self.rgb_needed and rows) else None
         occ = batch["occupancy_map"].cpu().numpy() if self.maps_needed else None
         sem = batch["semantic_map"].cpu().numpy() if self.maps_needed else None
         progress = batch["progress"].cpu().numpy()
 
         def full_step(i: int, actions: dict[str, int]) -> dict[str, np.ndarray]:
-            f = where[i]
+            f = i if self.deferred else where[i]
             step = {"depth_features": depth[f], "progress": progress[i].reshape(1).astype(np.float32)}
             step |= {k: np.int64(a) for k, a in actions.items()}
             if rgb is not None:
@@ -322,8 +339,26 @@ class CollectDriver:
                 self.stats.agrees += int(sampled[i] == expert)
             buf["steps"].append(make_step(i, {"oracle_actions": expert, "prev_actions": buf["prev"], "executed_actions": action}))
             buf["prev"] = action
+            if self.deferred:
+                self._encode_buffered(buf, final=False)
             executed.append(action)
         return executed
+
+    def _encode_buffered(self, buf: dict[str, Any], final: bool) -> None:
+        """Replace the raw frames of the buffer's steps by their features, ``ENCODE_CHUNK``
+        steps per encoder call as they fill (and the remainder when ``final``): the chunks are
+        fixed by the step index, so an episode's features do not depend on its neighbours."""
+        steps, done = buf["steps"], buf.get("encoded", 0)
+        while len(steps) - done >= ENCODE_CHUNK or (final and done < len(steps)):
+            part = steps[done:done + ENCODE_CHUNK]
+            frames = lambda key: torch.from_numpy(np.stack([s[key] for s in part])).to(self.pipeline.device)
+            feats = self.pipeline.encode(frames("depth_features"), frames("rgb_features") if self.rgb_needed else None)
+            for key, value in feats.items():
+                value = value.cpu().numpy()
+                for n, s in enumerate(part):
+                    s[key] = value[n]
+            done += len(part)
+        buf["encoded"] = done
 
     def final(self, view: StreamView) -> None:
         if "metrics" in view.info:
@@ -351,7 +386,8 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
     policy.collection_mode() if (hasattr(policy, "collection_mode") and not replay) else policy.eval()
     driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode),
                            bool(cfg.train.fp16_token_bug and cfg.train.store_fp16),
-                           observations=replay or bool(cfg.train.store_observations), script=script)
+                           observations=replay or bool(cfg.train.store_observations), script=script,
+                           deferred_encoding=bool(cfg.train.deferred_encoding))
     keys = ["depth"]
     if driver.rgb_needed:
         keys.append("rgb")

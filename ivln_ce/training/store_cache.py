@@ -44,7 +44,7 @@ FORMAT = "ivln_ce.store_cache/1"
 #: the frozen encoders' weights and the code)
 COLLECTION_KEYS = ("simulator", "env", "mapping", "data.split", "policy.name", "policy.depth_backbone", "policy.rgb_depth",
                    "train.split", "train.use_tours", "train.tours", "train.update_size", "train.store_fp16", "train.store_codec",
-                   "train.store_observations", "train.fp16_token_bug", "train.bn_train_mode", "train.itmaps_ft_on_tours",
+                   "train.store_observations", "train.deferred_encoding", "train.fp16_token_bug", "train.bn_train_mode", "train.itmaps_ft_on_tours",
                    "train.trainer")  # tour-sequential training keeps the tours' order in its plan
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _FP = re.compile(r"^[0-9a-f]{64}$")
