@@ -27,7 +27,7 @@ run on the tiny synthetic benchmark:
    speed ratio and the largest relative gap between the two loss curves.
 
     python scripts/bench_train.py [--data data/synthetic_tiny] [--episodes 24] [--batch 5] [--steps 10] [--small]
-                                  [--size 64] [--precision fp32,bf16]
+                                  [--size 64] [--repeat 3] [--precision fp32,bf16]
 
 5. With ``--sequence`` (and only then): the training step's whole-sequence forward against the
    per-step loop, timesteps/s and kernel launches or operator calls per optimizer step
@@ -37,6 +37,7 @@ run on the tiny synthetic benchmark:
 from __future__ import annotations
 
 import argparse
+import shutil
 import os
 import platform
 import sys
@@ -300,6 +301,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--small", action="store_true", help="small depth CNN and ResNet-18 RGB trunk")
+    ap.add_argument("--repeat", type=int, default=1, help="collect this many times per encoding path, alternating")
     ap.add_argument("--size", type=int, default=0, help="square frames of this many pixels (0: the defaults, "
                     "256 px depth and 224 px RGB; the embedded recipes use 64)")
     ap.add_argument("--device", default="cpu", help="where the training steps run (collection follows it)")
@@ -313,15 +315,24 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name in args.models.split(","):
-            tick, _ = collect(args, name, tmp / f"{name}_tick", deferred=False)
-            summary, secs = collect(args, name, tmp / name)
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for rep_ in range(args.repeat):  # alternating which path goes first
+                for deferred in ((False, True) if rep_ % 2 == 0 else (True, False)):
+                    folder = tmp / (name if deferred else f"{name}_tick")
+                    shutil.rmtree(folder, ignore_errors=True)
+                    summary_, secs_ = collect(args, name, folder, deferred=deferred)
+                    rates[deferred].append(summary_["collections"][0]["env_steps_per_s"])
+                    if deferred:
+                        summary, secs = summary_, secs_
             print(f"\n{name}: collected {summary['episodes_collected']} episodes, {summary['steps_collected']} steps "
                   f"in {secs:.1f} s (start-up included) -> {summary['steps_collected'] / secs:.1f} steps/s")
-            a, b = (r["collections"][0]["env_steps_per_s"] for r in (tick, summary))
+            a, b = (sorted(rates[d]) for d in (False, True))
             worst, same = store_difference(tmp / name / "store", tmp / f"{name}_tick" / "store")
-            print(f"  collection (workers started): encoders per tick {a:.1f} steps/s, deferred {b:.1f} steps/s "
-                  f"({b / a:.2f}x, same run); deferred vs per tick: largest feature difference {worst:.2g} of its "
-                  f"scale, actions/labels/maps/progress {'identical' if same else 'DIFFERENT'}")
+            spread = lambda r: f"{r[0]:.1f} / {r[len(r) // 2]:.1f} / {r[-1]:.1f}"
+            print(f"  collection (workers started; min / median / max of {args.repeat}, alternating): encoders per tick "
+                  f"{spread(a)} steps/s, deferred {spread(b)} steps/s ({b[len(b) // 2] / a[len(a) // 2]:.2f}x of the "
+                  f"medians, same run); deferred vs per tick: largest feature difference {worst:.2g} of its scale, "
+                  f"actions/labels/maps/progress {'identical' if same else 'DIFFERENT'}")
             sizes = store_sizes(tmp / name / "store", tmp / f"{name}_sizes")
             official = sizes["official msgpack fp32"]
             print("  bytes per stored step (ratio: official fp32 / this):")

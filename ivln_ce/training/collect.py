@@ -263,9 +263,12 @@ class CollectDriver:
             for n, i in enumerate(policy_rows):
                 p = probs[n] / probs[n].sum()
                 sampled[i] = int(self._rng(views[i]).choice(4, p=p))
-        frames = "" if self.deferred else "_features"  # deferred: the raw frames, encoded later
-        depth = batch["depth" + frames].cpu().numpy() if rows else None
-        rgb = batch["rgb" + frames].cpu().numpy() if (self.rgb_needed and rows) else None
+        if self.deferred:  # the raw frames (copied off the views, as the pipeline does), encoded later
+            depth = np.stack([np.asarray(v.obs["depth"]) for v in views]) if rows else None
+            rgb = np.stack([np.asarray(v.obs["rgb"]) for v in views]) if (self.rgb_needed and rows) else None
+        else:
+            depth = batch["depth_features"].cpu().numpy() if rows else None
+            rgb = batch["rgb_features"].cpu().numpy() if (self.rgb_needed and rows) else None
         occ = batch["occupancy_map"].cpu().numpy() if self.maps_needed else None
         sem = batch["semantic_map"].cpu().numpy() if self.maps_needed else None
         progress = batch["progress"].cpu().numpy()
@@ -380,8 +383,9 @@ def collect_round(cfg, items: list[TourItem], plan: list[int], references, scene
     ``script`` (see ``replay_round``) the stored actions are executed instead."""
     order_of = {items[k].tour.tour_id: n for n, k in enumerate(full_plan if full_plan is not None else plan)}
     replay = script is not None
-    # under replay the policy does not act, but the frozen encoders see the rows they saw while
-    # collecting (the policy's rows: batch composition can move a feature's last bits)
+    # under replay the policy does not act, but the frozen encoders batch frames as they did while
+    # collecting (per tick the policy's rows, deferred each episode's chunks: batch composition
+    # can move a feature's last bits)
     run_policy = beta < 1.0 or bool(cfg.train.bn_train_mode)
     policy.collection_mode() if (hasattr(policy, "collection_mode") and not replay) else policy.eval()
     driver = CollectDriver(policy, pipeline, writer, beta, int(cfg.seed), round_, order_of, run_policy, bool(cfg.train.bn_train_mode),
@@ -420,7 +424,7 @@ def replay_round(cfg, items: list[TourItem], plan: list[int], references, scenes
     ``plan`` run again with their stored executed actions, and every agent step is written
     with its observations, as a full collection would have stored it (same metadata and
     order keys). ``beta`` is the round's: the policy does not run, but the encoders batch the
-    rows they batched while collecting. Raises ``ReplayError`` when an expert label, an episode
+    frames as they batched them while collecting (per tick, or deferred). Raises ``ReplayError`` when an expert label, an episode
     length or the set of episodes differs from the store."""
     return collect_round(cfg, items, plan, references, scenes_dir, policy, pipeline, writer, beta, round_, progress,
                          full_plan=full_plan, script=action_scripts(store, round_))
