@@ -221,20 +221,27 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
-    """Ignore SIGINT in this process while a child is started: a spawned interpreter that starts
-    with SIGINT ignored keeps it ignored (Python installs no KeyboardInterrupt handler then), so
-    a Ctrl-C that reaches the whole process group while the worker imports prints nothing there;
-    the parent handles it. Outside the main thread (no signal handling there) nothing changes."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread
+def _sigint_held():
+    """Hold Ctrl-C off while a worker process is started, without losing it.
+
+    SIGINT is blocked in this thread; a spawned child inherits the mask, so a Ctrl-C that
+    reaches the whole process group while the worker imports stays pending there (no
+    traceback) until ``worker_main`` ignores SIGINT, which discards it. Here the Ctrl-C is
+    delivered when the block ends (or at once through another thread): the parent handles it.
+    Ignoring SIGINT here instead, as before, dropped a Ctrl-C pressed while a worker started.
+    The resource tracker is started first: starting it unblocks SIGINT (multiprocessing's own
+    guard), which would undo the block before the worker is spawned."""
+    if not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class EnvWorker:
@@ -247,7 +254,7 @@ class EnvWorker:
         self.conn, child = ctx.Pipe()
         small = dataclasses.replace(spec, items=[], references={})
         self.process = ctx.Process(target=worker_main, args=(child, small), daemon=True, name=f"ivln-env-{spec.index}")
-        with _sigint_ignored():  # the child starts with Ctrl-C ignored: no traceback while it imports
+        with _sigint_held():  # the child starts with Ctrl-C blocked: no traceback while it imports
             self.process.start()
         child.close()
         self.envs = spec.envs
