@@ -75,8 +75,11 @@ def _interrupt_after(args: list[str], marker: str, tmp_path: Path) -> tuple[int,
     """Start ``ivln-ce ARGS`` in its own process group, wait until stderr shows ``marker``, then
     press Ctrl-C as a terminal does (SIGINT to the whole group: workers too)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), IVLN_PROGRESS_SECONDS="0.5")
+    # as from a terminal: Ctrl-C handled by default, even where this test run inherited it ignored
+    # (a shell starts background jobs with SIGINT ignored, and children keep that across exec)
     proc = subprocess.Popen([sys.executable, "-m", "ivln_ce.cli", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     deadline = time.monotonic() + 240
     try:
