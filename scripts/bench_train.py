@@ -104,25 +104,29 @@ def collect(args, name: str, out: Path, deferred: bool = True) -> tuple[dict, fl
     return summary, time.perf_counter() - t
 
 
-def store_difference(a: Path, b: Path) -> tuple[float, bool]:
-    """Largest feature difference (relative to the feature's scale) between two stores of the
-    same episodes, and whether every other field is identical."""
-    from ivln_ce.training.store import TrajectoryStore
-    from ivln_ce.training.trainer import canonical_order
-
-    sa, sb = TrajectoryStore(a), TrajectoryStore(b)
-    ea, eb = [sa[i] for i in canonical_order(sa)], [sb[i] for i in canonical_order(sb)]
+def episodes_difference(ea: list, eb: list, what: str, relative: bool = False) -> tuple[float, bool]:
+    """Largest feature difference between two lists of the same stored episodes (relative to
+    the feature's scale when ``relative``), and whether every other field is identical."""
     if [e.meta for e in ea] != [e.meta for e in eb]:
-        raise SystemExit("the two collections stored other episodes")
+        raise SystemExit(f"{what} stored other episodes")
     worst, identical = 0.0, True
     for x, y in zip(ea, eb):
         for k in x.steps:
-            u, v = np.asarray(x.steps[k]), np.asarray(y.steps[k])
+            u, v = np.asarray(x.steps[k]), np.asarray(y.steps[k]).astype(np.float64)
             if k.endswith("_features"):
-                worst = max(worst, float(np.abs(u.astype(np.float64) - v).max() / max(np.abs(v).max(), 1e-12)))
+                scale = max(float(np.abs(v).max()), 1e-12) if relative else 1.0
+                worst = max(worst, float(np.abs(u.astype(np.float64) - v).max()) / scale)
             else:
-                identical &= bool(np.array_equal(u, v))
+                identical &= bool(np.array_equal(u, np.asarray(y.steps[k])))
     return worst, identical
+
+
+def stored_episodes(folder: Path) -> list:
+    from ivln_ce.training.store import TrajectoryStore
+    from ivln_ce.training.trainer import canonical_order
+
+    store = TrajectoryStore(folder)
+    return [store[i] for i in canonical_order(store)]
 
 
 def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
@@ -149,18 +153,7 @@ def actions_only(args, name: str, src: Path, tmp: Path) -> dict[str, float]:
         stats = replay_round(cfg, items, plan, data.references, data.scenes_dir, policy, _pipeline(cfg, policy, args.device),
                              TrajectoryStore(tmp / "actions"), w, 0, 1.0)
     secs = time.perf_counter() - t
-    replayed = TrajectoryStore(tmp / "replayed")
-    again = [replayed[i] for i in canonical_order(replayed)]
-    if [e.meta for e in again] != [e.meta for e in eps]:
-        raise SystemExit("the replay stored other episodes than the collection")
-    worst, identical = 0.0, True
-    for a, b in zip(eps, again):
-        for k in a.steps:
-            x, y = np.asarray(a.steps[k]), np.asarray(b.steps[k])
-            if k.endswith("_features"):
-                worst = max(worst, float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()))
-            else:
-                identical &= bool(np.array_equal(x, y))
+    worst, identical = episodes_difference(eps, stored_episodes(tmp / "replayed"), "the replay")
     return {"bytes": size, "replay_steps_per_s": stats.steps / secs, "max_feature_diff": worst, "identical": identical}
 
 
@@ -327,7 +320,8 @@ def main(argv=None) -> int:
             print(f"\n{name}: collected {summary['episodes_collected']} episodes, {summary['steps_collected']} steps "
                   f"in {secs:.1f} s (start-up included) -> {summary['steps_collected'] / secs:.1f} steps/s")
             a, b = (sorted(rates[d]) for d in (False, True))
-            worst, same = store_difference(tmp / name / "store", tmp / f"{name}_tick" / "store")
+            worst, same = episodes_difference(stored_episodes(tmp / name / "store"),
+                                              stored_episodes(tmp / f"{name}_tick" / "store"), "the two collections", relative=True)
             spread = lambda r: f"{r[0]:.1f} / {r[len(r) // 2]:.1f} / {r[-1]:.1f}"
             print(f"  collection (workers started; min / median / max of {args.repeat}, alternating): encoders per tick "
                   f"{spread(a)} steps/s, deferred {spread(b)} steps/s ({b[len(b) // 2] / a[len(a) // 2]:.2f}x of the "
