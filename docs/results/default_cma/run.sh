@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CMA, the embedded recipe (batch 8, lr 1e-3, small frozen encoders, 64 px), trained on the
-# R2R-sized `default` synthetic benchmark (60 houses, 7,200 train episodes) for 3 epochs, seed 0,
+# R2R-sized `default` synthetic benchmark (60 houses, 7,200 train episodes) for 2 epochs, seed 0,
 # with teacher-forced validation on val_seen after every epoch, with and without instructions.
 # With STAGE=eval: the last checkpoint on val_unseen, the first tour of each of the 11 held-out
 # houses, with its instruction, without it, and the random agent on the same tours.
@@ -12,9 +12,9 @@ STAGE=${STAGE:-train}
 DATA=$WORK/synthetic_default
 RECIPE=configs/embedded/cma.yaml
 [ -f "$DATA/manifest.json" ] || ivln-ce data synth --preset default --out "$DATA"
-OUT=$WORK/cma_e3
+OUT=$WORK/cma_e2
 if [ "$STAGE" = train ]; then
-  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE data.root="$DATA" seed=0 train.epochs=3 \
+  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE data.root="$DATA" seed=0 train.epochs=2 \
     train.val_split=val_seen "train.val_ablations=[none]" train.store_cache="$WORK/tf_cache" \
     train.out_dir="$OUT" results_dir="$OUT"
   exit 0
@@ -27,7 +27,7 @@ print('[' + ','.join(out) + ']')" "$DATA/tours.json")
 for ins in full none; do
   ls "$WORK/eval_$ins"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
     eval.agent=policy eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.instruction=$ins \
-    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.2.pth" results_dir="$WORK/eval_$ins"
+    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="$WORK/eval_$ins"
 done
 ls "$WORK/eval_random"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
   eval.agent=random env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"
