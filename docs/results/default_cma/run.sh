@@ -30,4 +30,4 @@ for ins in full none; do
     "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="$WORK/eval_$ins"
 done
 ls "$WORK/eval_random"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
-  eval.agent=random env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"
+  eval.agent=random policy.name=none env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"
