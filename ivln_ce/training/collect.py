@@ -263,9 +263,9 @@ class CollectDriver:
             for n, i in enumerate(policy_rows):
                 p = probs[n] / probs[n].sum()
                 sampled[i] = int(self._rng(views[i]).choice(4, p=p))
-        if self.deferred:  # the raw frames (copied off the views, as the pipeline does), encoded later
-            depth = np.stack([np.asarray(v.obs["depth"]) for v in views]) if rows else None
-            rgb = np.stack([np.asarray(v.obs["rgb"]) for v in views]) if (self.rgb_needed and rows) else None
+        if self.deferred:  # the agent rows' raw frames, copied off the views and encoded later
+            depth = {i: np.array(views[i].obs["depth"]) for i in rows}
+            rgb = {i: np.array(views[i].obs["rgb"]) for i in rows} if self.rgb_needed else None
         else:
             depth = batch["depth_features"].cpu().numpy() if rows else None
             rgb = batch["rgb_features"].cpu().numpy() if (self.rgb_needed and rows) else None
