@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # CMA, the embedded recipe (batch 8, lr 1e-3, small frozen encoders, 64 px), trained on the
-# R2R-sized `default` synthetic benchmark (60 houses, 7,200 train episodes) for 2 epochs, seed 0,
+# R2R-sized `default` synthetic benchmark (60 houses, 7,200 train episodes) for 2 epochs, seed SEED,
 # with teacher-forced validation on val_seen after every epoch, with and without instructions.
 # With STAGE=eval: the last checkpoint on val_unseen, the first tour of each of the 11 held-out
 # houses, with its instruction, without it, and the random agent on the same tours.
 # Resumable: a finished step is skipped, a killed training resumes.
-# Usage: WORK=/path/outside/the/repo [STAGE=train|eval] bash docs/results/default_cma/run.sh
+# SEED (default 0) names the training seed; seed 0 writes cma_e2 and eval_{full,none}, seed N
+# cma_e2_sN and eval_{full,none}_sN. The random agent does not depend on it and runs once.
+# Usage: WORK=/path/outside/the/repo [SEED=0] [STAGE=train|eval] bash docs/results/default_cma/run.sh
 set -euo pipefail
 WORK=${WORK:?a folder outside the work tree}
 STAGE=${STAGE:-train}
+SEED=${SEED:-0}
+SUFFIX=$([ "$SEED" = 0 ] && echo "" || echo "_s$SEED")
 DATA=$WORK/synthetic_default
 RECIPE=configs/embedded/cma.yaml
 [ -f "$DATA/manifest.json" ] || ivln-ce data synth --preset default --out "$DATA"
-OUT=$WORK/cma_e2
+OUT=$WORK/cma_e2$SUFFIX
 if [ "$STAGE" = train ]; then
-  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE data.root="$DATA" seed=0 train.epochs=2 \
+  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE data.root="$DATA" seed="$SEED" train.epochs=2 \
     train.val_split=val_seen "train.val_ablations=[none]" train.store_cache="$WORK/tf_cache" \
     train.out_dir="$OUT" results_dir="$OUT"
   exit 0
@@ -25,9 +29,9 @@ for scan, tours in d.items():
     out.append(str(n)); n += len(tours)
 print('[' + ','.join(out) + ']')" "$DATA/tours.json")
 for ins in full none; do
-  ls "$WORK/eval_$ins"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
+  ls "$WORK/eval_$ins$SUFFIX"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
     eval.agent=policy eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.instruction=$ins \
-    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="$WORK/eval_$ins"
+    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="$WORK/eval_$ins$SUFFIX"
 done
 ls "$WORK/eval_random"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
   eval.agent=random policy.name=none env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"
