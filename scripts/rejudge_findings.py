@@ -7,6 +7,11 @@ seed's tours of a house pooled, widened to the t-interval on the seed means wher
 as `compare` does), and the verdict against the paper's effect,
 or against its claim of no effect within +-3 t-nDTW points. Prints a markdown table.
 
+Then the Fig. 2b rows: each committed oracle coverage run (`coverage/*/coverage_tours.csv`) at
+10 episodes done, with the t-interval on the house means beside the committed bootstrap (which
+is recomputed from the same rows and must agree), judged against the paper's threshold with the
+interval the few-houses rule reads (`reproduce/coverage.paper_checks`).
+
     python scripts/rejudge_findings.py [--root docs/results]
 """
 
@@ -20,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ivln_ce.metrics.cluster_interval import seeded_t_interval
+from ivln_ce.reproduce.coverage import PAPER_K, paper_checks, read_tour_rows, summarise
 from ivln_ce.reproduce.stats import NULL_MARGIN, judge
 from ivln_ce.viz.paired import Interval
 
@@ -77,6 +83,29 @@ def main(argv=None) -> int:
         claim = f"no effect, within +-{NULL_MARGIN:g}" if null else f"effect {paper:+g}"
         print(f"| {name} | {paper:+g} | {iv.mean:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}] | {t.mean:+.2f} [{t.low:+.2f}, "
               f"{t.high:+.2f}] | {t.houses}, {iv.tours}, {seeds} | **{v.word}** ({claim}) | [{rel}]({rel}) |")
+    return coverage_rows(root)
+
+
+def coverage_rows(root: Path) -> int:
+    """The Fig. 2b table: every committed coverage run re-judged from its per-tour rows."""
+    names = {"path_observed": "next path observed", "region_observed": "tour region observed"}
+    print()
+    print(f"| Fig. 2b, k = {PAPER_K} | paper | mean [bootstrap 95 %] | house means [t 95 %] | houses, tours | verdict (interval read) | report |")
+    print("|---|---|---|---|---|---|---|")
+    for csv_path in sorted(root.glob("coverage/*/coverage_tours.csv")):
+        rel = csv_path.relative_to(root).as_posix()
+        committed = {(c["split"], c["quantity"]): c for c in json.loads((csv_path.parent / "coverage.json").read_text())["checks"]}
+        for split, rows in read_tour_rows(csv_path.read_text()).items():
+            at_k = [r for r in rows if r["index"] == PAPER_K + 1]
+            for c in paper_checks({split: summarise(at_k)}):
+                old = committed[split, c["quantity"]]
+                if max(abs(c["low"] - old["low"]), abs(c["high"] - old["high"])) > 1e-3:
+                    print(f"{rel}: {split} {c['quantity']}: the recomputed bootstrap [{c['low']:.4f}, {c['high']:.4f}] is not the "
+                          f"committed [{old['low']:.4f}, {old['high']:.4f}]", file=sys.stderr)
+                    return 1
+                print(f"| {csv_path.parent.name} {split}: {names[c['quantity']]} | > {100 * c['threshold']:.0f} % | {100 * c['mean']:.1f} "
+                      f"[{100 * c['low']:.1f}, {100 * c['high']:.1f}] | [{100 * c['t_low']:.1f}, {100 * c['t_high']:.1f}] | "
+                      f"{c['houses']}, {c['tours']} | **{c['verdict']}** ({c['decided_by']}) | [{rel}]({rel}) |")
     return 0
 
 

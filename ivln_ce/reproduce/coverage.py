@@ -22,7 +22,9 @@ whole tour's). Tours come in copies: one ordered path sequence per copy, with on
 of each path per copy, so the oracle walks one copy and every copy gets its rows. The 95 %
 intervals are the hierarchical bootstrap of ``stats.py`` over houses, then tours: tours of one
 house share its layout (and here its paths), so a bootstrap over tours alone would be far too
-narrow.
+narrow. Beside it every row carries the t-interval on the house means, and with fewer than
+``FEW_HOUSES`` houses the verdict reads that one (the bootstrap is too narrow there, as in
+``stats.judge``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 
 from ivln_ce.data.jsonio import atomic_write_text
 from ivln_ce.metrics.bootstrap import hierarchical_bootstrap, percentile_interval
+from ivln_ce.metrics.cluster_interval import FEW_HOUSES, house_t_interval
 
 CELL = 0.1
 REGION_RADIUS = 1.0
@@ -182,7 +185,9 @@ def _interval(values: np.ndarray, houses: Sequence[str], resamples: int, level: 
 
 
 def summarise(rows: list[dict], resamples: int = RESAMPLES, level: float = 0.95, seed: int = 0) -> list[dict]:
-    """Per episode index: the mean over the tours that reach it, their count, and the interval."""
+    """Per episode index: the mean over the tours that reach it, their count, the bootstrap
+    interval (``{q}_low``/``{q}_high``) and the t-interval on the house means (``{q}_t_low``/
+    ``{q}_t_high``, NaN with one house)."""
     by: dict[int, list[dict]] = {}
     for r in rows:
         by.setdefault(r["index"], []).append(r)
@@ -192,9 +197,11 @@ def summarise(rows: list[dict], resamples: int = RESAMPLES, level: float = 0.95,
         vals = np.array([[r[q] for q in QUANTITIES] for r in rs], dtype=np.float64)
         houses = [r["house"] for r in rs]
         low, high = _interval(vals, houses, resamples, level, seed)
+        by_house = house_t_interval(vals, houses, level)
         row = {"index": k, "episodes_done": k - 1, "tours": len(rs), "houses": len(set(houses))}
         for j, q in enumerate(QUANTITIES):
-            row.update({q: float(vals[:, j].mean()), f"{q}_low": float(low[j]), f"{q}_high": float(high[j])})
+            row.update({q: float(vals[:, j].mean()), f"{q}_low": float(low[j]), f"{q}_high": float(high[j]),
+                        f"{q}_t_low": by_house[j].low, f"{q}_t_high": by_house[j].high})
         out.append(row)
     return out
 
@@ -212,7 +219,9 @@ def threshold_verdict(low: float, high: float, threshold: float) -> str:
 
 
 def paper_checks(table: dict[str, list[dict]], k: int = PAPER_K) -> list[dict]:
-    """One check per split and quantity at ``k`` episodes done: ours, the interval, the verdict."""
+    """One check per split and quantity at ``k`` episodes done: ours, both intervals, the verdict.
+    ``low``/``high`` are the bootstrap's, ``t_low``/``t_high`` the t-interval on the house means;
+    ``decided_by`` names the one the verdict read (the t-interval below ``FEW_HOUSES`` houses)."""
     checks = []
     for split, rows in table.items():
         at = {r["episodes_done"]: r for r in rows}
@@ -220,12 +229,38 @@ def paper_checks(table: dict[str, list[dict]], k: int = PAPER_K) -> list[dict]:
             r = at.get(k)
             if r is None:
                 checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": None, "low": None, "high": None,
-                               "tours": 0, "houses": 0, "verdict": f"not measured (no tour reaches k = {k})"})
+                               "t_low": None, "t_high": None, "tours": 0, "houses": 0, "decided_by": None,
+                               "verdict": f"not measured (no tour reaches k = {k})"})
                 continue
+            few = r["houses"] < FEW_HOUSES
+            t_low, t_high = r.get(f"{q}_t_low", math.nan), r.get(f"{q}_t_high", math.nan)
+            low, high = (t_low, t_high) if few else (r[f"{q}_low"], r[f"{q}_high"])
             checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": r[q], "low": r[f"{q}_low"],
-                           "high": r[f"{q}_high"], "tours": r["tours"], "houses": r["houses"],
-                           "verdict": threshold_verdict(r[f"{q}_low"], r[f"{q}_high"], thr)})
+                           "high": r[f"{q}_high"], "t_low": t_low, "t_high": t_high, "tours": r["tours"], "houses": r["houses"],
+                           "decided_by": "t-interval on house means" if few else "hierarchical bootstrap",
+                           "verdict": threshold_verdict(low, high, thr)})
     return checks
+
+
+def read_tour_rows(text: str) -> dict[str, list[dict]]:
+    """The per-tour rows of a ``coverage_tours.csv`` (as ``write_tables`` writes it), per split,
+    in the form ``summarise`` takes: to re-judge a committed run without walking it again."""
+    import csv
+    import io
+
+    reader = csv.DictReader(io.StringIO(text))
+    need = {"split", "tour", "house", "episode_index", *QUANTITIES}
+    missing = need - set(reader.fieldnames or [])
+    if missing:
+        raise ValueError(f"coverage_tours.csv: missing column(s) {sorted(missing)}")
+    out: dict[str, list[dict]] = {}
+    for n, r in enumerate(reader, start=2):
+        try:
+            row = {"tour": r["tour"], "house": r["house"], "index": int(r["episode_index"]), **{q: float(r[q]) for q in QUANTITIES}}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"coverage_tours.csv line {n}: {e}") from None
+        out.setdefault(r["split"], []).append(row)
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -256,14 +291,17 @@ def write_tables(out: Path, table: dict[str, list[dict]], rows: dict[str, list[d
           "Oracle agent, iterative setting (oracle walks between episodes observed). After k episodes of a tour: the share "
           "of the next episode's reference path, and of the tour's region (10 cm cells within 1 m of any of its reference "
           "paths), already seen by the depth camera. Mean over the tours that reach k, with its 95 % interval (bootstrap "
-          "over houses, then tours).", ""]
-    md += ["| split | quantity | paper (k = %d) | ours at k = %d [95 %% interval] | tours (houses) | verdict |" % (PAPER_K, PAPER_K),
-           "|---|---|---|---|---|---|"]
+          f"over houses, then tours). At k = {PAPER_K} the t-interval on the house means stands beside it; with fewer than "
+          f"{FEW_HOUSES} houses the verdict reads that one.", ""]
+    md += [f"| split | quantity | paper (k = {PAPER_K}) | ours at k = {PAPER_K} [bootstrap 95 %] | house means [t 95 %] | "
+           "tours (houses) | verdict (interval read) |", "|---|---|---|---|---|---|---|"]
     for c in checks:
         ours = "n/a" if c["mean"] is None else _with_interval({c["quantity"]: c["mean"], f"{c['quantity']}_low": c["low"],
                                                                 f"{c['quantity']}_high": c["high"]}, c["quantity"])
-        md.append(f"| {c['split']} | {_QUANTITY_NAMES[c['quantity']]} | > {100 * c['threshold']:.0f} % | {ours} | "
-                  f"{c['tours']} ({c['houses']}) | {c['verdict']} |")
+        t = "n/a" if c["t_low"] is None or math.isnan(c["t_low"]) else f"[{_pct(c['t_low'])}, {_pct(c['t_high'])}]"
+        read = f" ({c['decided_by']})" if c["decided_by"] else ""
+        md.append(f"| {c['split']} | {_QUANTITY_NAMES[c['quantity']]} | > {100 * c['threshold']:.0f} % | {ours} | {t} | "
+                  f"{c['tours']} ({c['houses']}) | {c['verdict']}{read} |")
     for split, rs in table.items():
         shown = [r for r in rs if 1 <= r["episodes_done"] <= max_k]
         last = max((r["episodes_done"] for r in rs), default=0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ivln_ce.cli import main
-from ivln_ce.reproduce.coverage import (CoverageDriver, _disk, _keys, _path_ij, copies, paper_checks, summarise,
+from ivln_ce.reproduce.coverage import (CoverageDriver, _disk, _keys, _path_ij, copies, paper_checks, read_tour_rows, summarise,
                                         threshold_verdict, write_tables)
 
 #: lattice points (i, j) with i^2 + j^2 <= 10^2: the cells within 1 m of a cell, at 10 cm
@@ -67,10 +67,12 @@ def test_threshold_verdict_the_paper_says_more_than(low, high, verdict):
     assert threshold_verdict(low, high, 0.5) == verdict
 
 
-def _table(n, path, region, low=0.1):
-    return [{"index": k + 1, "episodes_done": k, "tours": 4, "houses": 2, "path_observed": path, "path_observed_low": path - low,
-             "path_observed_high": path + low, "region_observed": region, "region_observed_low": region - low,
-             "region_observed_high": region + low} for k in range(n)]
+def _table(n, path, region, low=0.1, houses=12, t_low=0.2):
+    """Rows of ``summarise``'s form: bootstrap half-width ``low``, t-interval half-width ``t_low``."""
+    return [{"index": k + 1, "episodes_done": k, "tours": 2 * houses, "houses": houses,
+             **{f"{q}{s}": v + d for q, v in (("path_observed", path), ("region_observed", region))
+                for s, d in (("", 0.0), ("_low", -low), ("_high", low), ("_t_low", -t_low), ("_t_high", t_low))}}
+            for k in range(n)]
 
 
 def test_paper_checks_at_ten_episodes_done():
@@ -78,8 +80,48 @@ def test_paper_checks_at_ten_episodes_done():
     by = {(c["split"], c["quantity"]): c for c in checks}
     assert by["train", "path_observed"]["verdict"] == "reproduced"  # [0.7, 0.9] above 0.5
     assert by["train", "region_observed"]["verdict"] == "inconclusive"  # [0.65, 0.85] straddles 0.7
+    assert by["train", "path_observed"]["decided_by"] == "hierarchical bootstrap"  # 12 houses
     assert by["train", "region_observed"]["threshold"] == 0.7 and by["train", "path_observed"]["k"] == 10
     assert by["short", "path_observed"]["verdict"].startswith("not measured") and by["short", "path_observed"]["mean"] is None
+
+
+def test_paper_checks_read_the_t_interval_below_twelve_houses():
+    # the bootstrap [0.75, 0.85] lies above 0.7; the t-interval [0.6, 1.0] straddles it
+    few = {(c["split"], c["quantity"]): c for c in paper_checks({"val": _table(11, 0.8, 0.8, 0.05, houses=11)})}
+    many = {(c["split"], c["quantity"]): c for c in paper_checks({"val": _table(11, 0.8, 0.8, 0.05, houses=12)})}
+    assert few["val", "region_observed"]["verdict"] == "inconclusive"
+    assert few["val", "region_observed"]["decided_by"] == "t-interval on house means"
+    assert few["val", "region_observed"]["t_low"] == pytest.approx(0.6) and few["val", "region_observed"]["low"] == pytest.approx(0.75)
+    assert many["val", "region_observed"]["verdict"] == "reproduced"
+    assert few["val", "path_observed"]["verdict"] == "reproduced"  # [0.6, 1.0] above 0.5 either way
+
+
+def test_summarise_t_interval_is_the_house_means_t_interval():
+    # house A: tours 0.2, 0.4 (mean 0.3); B: 0.5 (0.5); C: 0.7, 0.9, 0.8 (0.8): house means 0.3, 0.5, 0.8
+    rows = [_row(str(n), h, 1, v, v) for n, (h, v) in enumerate([("A", 0.2), ("A", 0.4), ("B", 0.5), ("C", 0.7), ("C", 0.9), ("C", 0.8)])]
+    (r,) = summarise(rows, resamples=200)
+    means = np.array([0.3, 0.5, 0.8])
+    half = 4.302652729911275 * means.std(ddof=1) / math.sqrt(3)  # t(0.975, 2 df)
+    assert r["path_observed"] == pytest.approx(3.5 / 6)  # the tour mean, as before
+    assert r["path_observed_t_low"] == pytest.approx(means.mean() - half)
+    assert r["region_observed_t_high"] == pytest.approx(means.mean() + half)
+    (one,) = summarise([_row("0", "A", 1, 0.5, 0.5), _row("1", "A", 1, 0.7, 0.7)], resamples=200)
+    assert math.isnan(one["path_observed_t_low"])  # one house: no t-interval
+
+
+def test_committed_tour_rows_round_trip(tmp_path):
+    rows = {"val_unseen": [_row(str(n), h, k, 0.1 * n + 0.01 * k, 0.05 * k) for n, h in enumerate("AABC") for k in (1, 2, 3)]}
+    table = {s: summarise(rs, resamples=200) for s, rs in rows.items()}
+    write_tables(tmp_path, table, rows, paper_checks(table), 20, "test")
+    back = read_tour_rows((tmp_path / "coverage_tours.csv").read_text())
+    again = summarise(back["val_unseen"], resamples=200)
+    for a, b in zip(table["val_unseen"], again):
+        assert a["index"] == b["index"] and a["houses"] == b["houses"] == 3
+        assert a["path_observed_t_low"] == pytest.approx(b["path_observed_t_low"], abs=1e-4)  # the CSV keeps 4 decimals
+    with pytest.raises(ValueError, match="missing column"):
+        read_tour_rows("split,tour,house\nval,0,A\n")
+    with pytest.raises(ValueError, match="line 2"):
+        read_tour_rows("split,tour,house,episode_index,path_observed,region_observed\nval,0,A,one,0.1,0.2\n")
 
 
 def test_written_tables_and_the_note_on_short_tours(tmp_path):
@@ -90,10 +132,11 @@ def test_written_tables_and_the_note_on_short_tours(tmp_path):
     assert [int(r["episode_index"]) for r in got] == list(range(1, 22)) + list(range(1, 7))
     assert got[10]["episodes_done"] == "10" and got[10]["path_observed_low"] == "0.7000"
     md = (tmp_path / "coverage.md").read_text()
-    assert "| train | next path observed | > 50 % | 80.0 % [70.0, 90.0] | 4 (2) | reproduced |" in md
+    assert ("| train | next path observed | > 50 % | 80.0 % [70.0, 90.0] | [60.0, 100.0] | 24 (12) | reproduced "
+            "(hierarchical bootstrap) |") in md
     assert "at most 6 episodes long: k stops at 5" in md
-    assert md.count("| 20 | 4 (2) |") == 1  # k = 1..20 for train; k = 0 only in the CSV
-    assert "| 0 | 4 (2) |" not in md
+    assert md.count("| 20 | 24 (12) |") == 1  # k = 1..20 for train; k = 0 only in the CSV
+    assert "| 0 | 24 (12) |" not in md
 
 
 def test_copies_of_one_path_sequence_are_walked_once():
@@ -164,3 +207,35 @@ def test_cli_coverage_on_the_tiny_benchmark(tiny_benchmark, tmp_path, capsys):
     assert [(r["episodes_done"], r["tours"], r["houses"]) for r in table] == [("0", "2", "1"), ("1", "2", "1"), ("2", "2", "1")]
     assert json.loads((out / "coverage.json").read_text())["settings"]["max_k"] == 2
     assert (out / "coverage.png").stat().st_size > 5000 and "coverage: done" in (out / "coverage.log").read_text()
+
+
+def _rejudge_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "rejudge_findings.py"
+    spec = importlib.util.spec_from_file_location("rejudge_findings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rejudge_script_reads_the_t_interval_of_a_committed_few_house_run(tmp_path, capsys):
+    # 3 houses at k = 10: house means of the region 0.75, 0.80, 0.95 (t-interval [0.58, 1.09]) straddle 0.7
+    rows = {"val_unseen": [_row(str(n), h, 11, 0.9, v) for n, (h, v) in enumerate([("A", 0.7), ("A", 0.8), ("B", 0.8), ("C", 0.95)])]}
+    table = {s: summarise(rs) for s, rs in rows.items()}
+    run = tmp_path / "coverage" / "x"
+    run.mkdir(parents=True)
+    checks = paper_checks(table)
+    write_tables(run, table, rows, checks, 20, "test")
+    (run / "coverage.json").write_text(json.dumps({"checks": checks}))
+    script = _rejudge_script()
+    assert script.coverage_rows(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "| x val_unseen: tour region observed | > 70 % |" in out
+    assert "**inconclusive** (t-interval on house means)" in out and "**reproduced** (t-interval on house means)" in out
+    for c in checks:
+        c["low"] += 0.01  # a committed interval that its rows do not give
+    (run / "coverage.json").write_text(json.dumps({"checks": checks}))
+    assert script.coverage_rows(tmp_path) == 1
+    assert "is not the committed" in capsys.readouterr().err
