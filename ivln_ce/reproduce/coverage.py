@@ -186,8 +186,8 @@ def _interval(values: np.ndarray, houses: Sequence[str], resamples: int, level: 
 
 def summarise(rows: list[dict], resamples: int = RESAMPLES, level: float = 0.95, seed: int = 0) -> list[dict]:
     """Per episode index: the mean over the tours that reach it, their count, the bootstrap
-    interval (``{q}_low``/``{q}_high``) and the t-interval on the house means (``{q}_t_low``/
-    ``{q}_t_high``, NaN with one house)."""
+    interval (``{q}_low``/``{q}_high``) and the mean of the house means with its t-interval
+    (``{q}_t_mean``, ``{q}_t_low``/``{q}_t_high``; no interval, NaN, with one house)."""
     by: dict[int, list[dict]] = {}
     for r in rows:
         by.setdefault(r["index"], []).append(r)
@@ -201,7 +201,7 @@ def summarise(rows: list[dict], resamples: int = RESAMPLES, level: float = 0.95,
         row = {"index": k, "episodes_done": k - 1, "tours": len(rs), "houses": len(set(houses))}
         for j, q in enumerate(QUANTITIES):
             row.update({q: float(vals[:, j].mean()), f"{q}_low": float(low[j]), f"{q}_high": float(high[j]),
-                        f"{q}_t_low": by_house[j].low, f"{q}_t_high": by_house[j].high})
+                        f"{q}_t_mean": by_house[j].mean, f"{q}_t_low": by_house[j].low, f"{q}_t_high": by_house[j].high})
         out.append(row)
     return out
 
@@ -220,7 +220,8 @@ def threshold_verdict(low: float, high: float, threshold: float) -> str:
 
 def paper_checks(table: dict[str, list[dict]], k: int = PAPER_K) -> list[dict]:
     """One check per split and quantity at ``k`` episodes done: ours, both intervals, the verdict.
-    ``low``/``high`` are the bootstrap's, ``t_low``/``t_high`` the t-interval on the house means;
+    ``mean``, ``low``/``high`` are the tour mean and the bootstrap's interval, ``t_mean``,
+    ``t_low``/``t_high`` the mean of the house means and its t-interval;
     ``decided_by`` names the one the verdict read (the t-interval below ``FEW_HOUSES`` houses)."""
     checks = []
     for split, rows in table.items():
@@ -229,14 +230,15 @@ def paper_checks(table: dict[str, list[dict]], k: int = PAPER_K) -> list[dict]:
             r = at.get(k)
             if r is None:
                 checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": None, "low": None, "high": None,
-                               "t_low": None, "t_high": None, "tours": 0, "houses": 0, "decided_by": None,
+                               "t_mean": None, "t_low": None, "t_high": None, "tours": 0, "houses": 0, "decided_by": None,
                                "verdict": f"not measured (no tour reaches k = {k})"})
                 continue
             few = r["houses"] < FEW_HOUSES
             t_low, t_high = r.get(f"{q}_t_low", math.nan), r.get(f"{q}_t_high", math.nan)
             low, high = (t_low, t_high) if few else (r[f"{q}_low"], r[f"{q}_high"])
             checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": r[q], "low": r[f"{q}_low"],
-                           "high": r[f"{q}_high"], "t_low": t_low, "t_high": t_high, "tours": r["tours"], "houses": r["houses"],
+                           "high": r[f"{q}_high"], "t_mean": r.get(f"{q}_t_mean", math.nan), "t_low": t_low, "t_high": t_high,
+                           "tours": r["tours"], "houses": r["houses"],
                            "decided_by": "t-interval on house means" if few else "hierarchical bootstrap",
                            "verdict": threshold_verdict(low, high, thr)})
     return checks
@@ -254,11 +256,16 @@ def read_tour_rows(text: str) -> dict[str, list[dict]]:
     if missing:
         raise ValueError(f"coverage_tours.csv: missing column(s) {sorted(missing)}")
     out: dict[str, list[dict]] = {}
-    for n, r in enumerate(reader, start=2):
-        try:
-            row = {"tour": r["tour"], "house": r["house"], "index": int(r["episode_index"]), **{q: float(r[q]) for q in QUANTITIES}}
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"coverage_tours.csv line {n}: {e}") from None
+    for r in reader:
+        row: dict[str, Any] = {"tour": r["tour"], "house": r["house"]}
+        for column, key, kind in (("episode_index", "index", int), *((q, q, float) for q in QUANTITIES)):
+            if r[column] is None:
+                raise ValueError(f"coverage_tours.csv line {reader.line_num}, column {column}: missing (a short row)")
+            try:
+                row[key] = kind(r[column])
+            except ValueError:
+                raise ValueError(f"coverage_tours.csv line {reader.line_num}, column {column}: "
+                                 f"not a number: {r[column]!r}") from None
         out.setdefault(r["split"], []).append(row)
     return out
 
@@ -298,7 +305,7 @@ def write_tables(out: Path, table: dict[str, list[dict]], rows: dict[str, list[d
     for c in checks:
         ours = "n/a" if c["mean"] is None else _with_interval({c["quantity"]: c["mean"], f"{c['quantity']}_low": c["low"],
                                                                 f"{c['quantity']}_high": c["high"]}, c["quantity"])
-        t = "n/a" if c["t_low"] is None or math.isnan(c["t_low"]) else f"[{_pct(c['t_low'])}, {_pct(c['t_high'])}]"
+        t = "n/a" if c["t_low"] is None or math.isnan(c["t_low"]) else f"{_pct(c['t_mean'])} [{_pct(c['t_low'])}, {_pct(c['t_high'])}]"
         read = f" ({c['decided_by']})" if c["decided_by"] else ""
         md.append(f"| {c['split']} | {_QUANTITY_NAMES[c['quantity']]} | > {100 * c['threshold']:.0f} % | {ours} | {t} | "
                   f"{c['tours']} ({c['houses']}) | {c['verdict']}{read} |")

@@ -71,7 +71,7 @@ def _table(n, path, region, low=0.1, houses=12, t_low=0.2):
     """Rows of ``summarise``'s form: bootstrap half-width ``low``, t-interval half-width ``t_low``."""
     return [{"index": k + 1, "episodes_done": k, "tours": 2 * houses, "houses": houses,
              **{f"{q}{s}": v + d for q, v in (("path_observed", path), ("region_observed", region))
-                for s, d in (("", 0.0), ("_low", -low), ("_high", low), ("_t_low", -t_low), ("_t_high", t_low))}}
+                for s, d in (("", 0.0), ("_low", -low), ("_high", low), ("_t_mean", 0.0), ("_t_low", -t_low), ("_t_high", t_low))}}
             for k in range(n)]
 
 
@@ -98,13 +98,17 @@ def test_paper_checks_read_the_t_interval_below_twelve_houses():
 
 def test_summarise_t_interval_is_the_house_means_t_interval():
     # house A: tours 0.2, 0.4 (mean 0.3); B: 0.5 (0.5); C: 0.7, 0.9, 0.8 (0.8): house means 0.3, 0.5, 0.8
-    rows = [_row(str(n), h, 1, v, v) for n, (h, v) in enumerate([("A", 0.2), ("A", 0.4), ("B", 0.5), ("C", 0.7), ("C", 0.9), ("C", 0.8)])]
+    # the region is the path halved: its interval must be the path's halved, not the path's
+    rows = [_row(str(n), h, 1, v, v / 2) for n, (h, v) in enumerate([("A", 0.2), ("A", 0.4), ("B", 0.5), ("C", 0.7), ("C", 0.9), ("C", 0.8)])]
     (r,) = summarise(rows, resamples=200)
     means = np.array([0.3, 0.5, 0.8])
     half = 4.302652729911275 * means.std(ddof=1) / math.sqrt(3)  # t(0.975, 2 df)
     assert r["path_observed"] == pytest.approx(3.5 / 6)  # the tour mean, as before
+    assert r["path_observed_t_mean"] == pytest.approx(means.mean())  # the mean of the house means
     assert r["path_observed_t_low"] == pytest.approx(means.mean() - half)
-    assert r["region_observed_t_high"] == pytest.approx(means.mean() + half)
+    assert r["path_observed_t_high"] == pytest.approx(means.mean() + half)
+    assert r["region_observed_t_low"] == pytest.approx((means.mean() - half) / 2)
+    assert r["region_observed_t_high"] == pytest.approx((means.mean() + half) / 2)
     (one,) = summarise([_row("0", "A", 1, 0.5, 0.5), _row("1", "A", 1, 0.7, 0.7)], resamples=200)
     assert math.isnan(one["path_observed_t_low"])  # one house: no t-interval
 
@@ -115,13 +119,19 @@ def test_committed_tour_rows_round_trip(tmp_path):
     write_tables(tmp_path, table, rows, paper_checks(table), 20, "test")
     back = read_tour_rows((tmp_path / "coverage_tours.csv").read_text())
     again = summarise(back["val_unseen"], resamples=200)
+    assert len(again) == len(table["val_unseen"]) == 3
+    fields = [f"{q}{s}" for q in ("path_observed", "region_observed") for s in ("", "_low", "_high", "_t_mean", "_t_low", "_t_high")]
     for a, b in zip(table["val_unseen"], again):
-        assert a["index"] == b["index"] and a["houses"] == b["houses"] == 3
-        assert a["path_observed_t_low"] == pytest.approx(b["path_observed_t_low"], abs=1e-4)  # the CSV keeps 4 decimals
+        assert (a["index"], a["tours"], a["houses"]) == (b["index"], b["tours"], b["houses"]) and a["houses"] == 3
+        for f in fields:
+            assert a[f] == pytest.approx(b[f], abs=1e-4), f  # the CSV keeps 4 decimals
+    header = "split,tour,house,episode_index,path_observed,region_observed\n"
     with pytest.raises(ValueError, match="missing column"):
         read_tour_rows("split,tour,house\nval,0,A\n")
-    with pytest.raises(ValueError, match="line 2"):
-        read_tour_rows("split,tour,house,episode_index,path_observed,region_observed\nval,0,A,one,0.1,0.2\n")
+    with pytest.raises(ValueError, match="line 3, column episode_index: not a number: 'one'"):
+        read_tour_rows(header + "val,0,A,1,0.1,0.2\nval,0,A,one,0.1,0.2\n")
+    with pytest.raises(ValueError, match="line 2, column region_observed: missing"):
+        read_tour_rows(header + "val,0,A,1,0.1\n")
 
 
 def test_written_tables_and_the_note_on_short_tours(tmp_path):
@@ -132,7 +142,7 @@ def test_written_tables_and_the_note_on_short_tours(tmp_path):
     assert [int(r["episode_index"]) for r in got] == list(range(1, 22)) + list(range(1, 7))
     assert got[10]["episodes_done"] == "10" and got[10]["path_observed_low"] == "0.7000"
     md = (tmp_path / "coverage.md").read_text()
-    assert ("| train | next path observed | > 50 % | 80.0 % [70.0, 90.0] | [60.0, 100.0] | 24 (12) | reproduced "
+    assert ("| train | next path observed | > 50 % | 80.0 % [70.0, 90.0] | 80.0 [60.0, 100.0] | 24 (12) | reproduced "
             "(hierarchical bootstrap) |") in md
     assert "at most 6 episodes long: k stops at 5" in md
     assert md.count("| 20 | 24 (12) |") == 1  # k = 1..20 for train; k = 0 only in the CSV
@@ -234,6 +244,7 @@ def test_rejudge_script_reads_the_t_interval_of_a_committed_few_house_run(tmp_pa
     out = capsys.readouterr().out
     assert "| x val_unseen: tour region observed | > 70 % |" in out
     assert "**inconclusive** (t-interval on house means)" in out and "**reproduced** (t-interval on house means)" in out
+    assert "| x val_unseen: next path observed | > 50 % | 90.0 [90.0, 90.0] | 90.0 [90.0, 90.0] | 3, 4 |" in out
     for c in checks:
         c["low"] += 0.01  # a committed interval that its rows do not give
     (run / "coverage.json").write_text(json.dumps({"checks": checks}))
