@@ -234,10 +234,9 @@ def paper_checks(table: dict[str, list[dict]], k: int = PAPER_K) -> list[dict]:
                                "verdict": f"not measured (no tour reaches k = {k})"})
                 continue
             few = r["houses"] < FEW_HOUSES
-            t_low, t_high = r.get(f"{q}_t_low", math.nan), r.get(f"{q}_t_high", math.nan)
-            low, high = (t_low, t_high) if few else (r[f"{q}_low"], r[f"{q}_high"])
+            low, high = (r[f"{q}_t_low"], r[f"{q}_t_high"]) if few else (r[f"{q}_low"], r[f"{q}_high"])
             checks.append({"split": split, "quantity": q, "k": k, "threshold": thr, "mean": r[q], "low": r[f"{q}_low"],
-                           "high": r[f"{q}_high"], "t_mean": r.get(f"{q}_t_mean", math.nan), "t_low": t_low, "t_high": t_high,
+                           "high": r[f"{q}_high"], "t_mean": r[f"{q}_t_mean"], "t_low": r[f"{q}_t_low"], "t_high": r[f"{q}_t_high"],
                            "tours": r["tours"], "houses": r["houses"],
                            "decided_by": "t-interval on house means" if few else "hierarchical bootstrap",
                            "verdict": threshold_verdict(low, high, thr)})
