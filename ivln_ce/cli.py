@@ -150,7 +150,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ivln_ce.data.jsonio import write_json
     from ivln_ce.reproduce.stats import compare, comparison_json, format_comparison
-    from ivln_ce.viz.paired import display_names
+    from ivln_ce.viz.paired import display_names, pooled_name
     from ivln_ce.viz.report_side import read_side
 
     dirs = args.results
@@ -170,7 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     verdicts = _judgements(args, result.intervals)
     print(format_comparison(result, names, per_tour=not args.summary))
     for m, v in verdicts.items():
-        print(f"{m}: {v.word} ({_claimed(args, f'{names[0]} - {names[1]}')}; {v.method} [{v.low:+.2f}, {v.high:+.2f}])")
+        print(f"{m}: {v.word} ({_claimed(args, pooled_name(f'{names[0]} - {names[1]}', len(pairs)))}; {v.method} [{v.low:+.2f}, {v.high:+.2f}])")
     out = Path(args.out or f"compare_{args.split}.json")
     write_json(out, comparison_json(result, verdicts), indent=2)
     print(f"wrote {out}")
@@ -246,7 +246,7 @@ def _labels_have_folders(args: argparse.Namespace, specs: list[str]) -> None:
 
 def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
     from ivln_ce.data.jsonio import write_json
-    from ivln_ce.viz.paired import contrast, contrast_json, display_names, format_contrast
+    from ivln_ce.viz.paired import contrast, contrast_json, display_names, format_contrast, pooled_name
     from ivln_ce.viz.report_side import read_side
 
     more = args.contrast
@@ -263,7 +263,8 @@ def _compare_contrast(args: argparse.Namespace, pairs: list) -> int:
     report = contrast_json(result)
     verdicts = _judgements(args, result.intervals)
     for m, v in verdicts.items():
-        print(f"{m}: {v.word} ({_claimed(args, f'({names[0]} - {names[1]}) - ({names[2]} - {names[3]})')}; {v.method} "
+        what = pooled_name(f'({names[0]} - {names[1]}) - ({names[2]} - {names[3]})', len(pairs))
+        print(f"{m}: {v.word} ({_claimed(args, what)}; {v.method} "
               f"[{v.low:+.2f}, {v.high:+.2f}])")
     if verdicts:
         report["verdicts"] = {m: dict(v.__dict__) for m, v in verdicts.items()}

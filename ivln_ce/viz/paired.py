@@ -543,6 +543,21 @@ def display_names(tables: Sequence[TourTable], width: int = 9) -> tuple[tuple[st
     return letters, [f"{k} = {t.results}" for k, t in zip(letters, tables)]
 
 
+def pair_names(c: Comparison, names: Sequence[str]) -> list[tuple[str, str]]:
+    """The (A, B) names of each seed pair: ``names`` for a single pair, else each pair's own
+    results folders (or report sides), so that seed pair 2's table does not carry pair 1's names."""
+    if len(c.pairs) == 1:
+        return [(names[0], names[1])]
+    return [(Path(a).name, Path(b).name) for a, b in c.sources[: len(c.pairs)]]
+
+
+def pooled_name(difference: str, n_pairs: int) -> str:
+    """What a pooled difference is of: ``difference`` as the first seed pair names it, and with
+    several seed pairs how many more there are."""
+    more = n_pairs - 1
+    return difference + (f" and {more} more seed pair{'' if more == 1 else 's'}" if more else "")
+
+
 def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_tour: bool = True) -> str:
     """The paired table: per tour (one seed) the t-nDTW of both and the difference, and the
     differences of the tour means of the episode metrics; then per metric the means, the mean
@@ -551,12 +566,12 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
     others = [m for m in c.metrics if m != "t-nDTW"]
     scored = "t-nDTW" in c.metrics
     if per_tour:
-        for s, p in enumerate(c.pairs):
+        for s, (p, own) in enumerate(zip(c.pairs, pair_names(c, names))):
             head = f"seed pair {s + 1}: " if len(c.pairs) > 1 else ""
             lines.append(f"{head}{f'per-tour t-nDTW ({c.tndtw_field}) and ' if scored else ''}differences "
-                         f"{names[0]} - {names[1]} of the tour means{' of ' + ', '.join(others) if others else ''}, x100")
+                         f"{own[0]} - {own[1]} of the tour means{' of ' + ', '.join(others) if others else ''}, x100")
             lines.append(f"{'tour':>8} {'house':>16}"
-                         + (f" {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}" if scored else "")
+                         + (f" {own[0][:9]:>9} {own[1][:9]:>9} {'diff':>8}" if scored else "")
                          + "".join(f" {m:>7}" for m in others))
             for i, t in enumerate(p.tours):
                 tn = ""
@@ -568,7 +583,7 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
             lines.append("")
     any_iv = next(iter(c.intervals.values()))
     tours, houses = (f"{k} {w}{'' if k == 1 else 's'}" for k, w in ((any_iv.tours, "tour"), (any_iv.houses, "house")))
-    lines.append(f"{c.split}: {names[0]} - {names[1]}, paired per tour; {tours} in {houses}, "
+    lines.append(f"{c.split}: {pooled_name(f'{names[0]} - {names[1]}', len(c.pairs))}, paired per tour; {tours} in {houses}, "
                  f"{any_iv.seeds} seed(s); {100 * any_iv.level:g} % percentile interval of a hierarchical bootstrap "
                  f"({'seeds, ' if any_iv.seeds > 1 else ''}houses, tours; {any_iv.resamples} resamples)")
     few = any_iv.houses < FEW_HOUSES and any_iv.houses >= 2

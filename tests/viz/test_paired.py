@@ -282,8 +282,18 @@ def test_two_seeds_pair_tours_within_each_seed_and_resample_seeds_then_houses(tm
     assert "4 tours in 3 houses, 2 seed(s)" in text and "(seeds, houses, tours; 4000 resamples)" in text
     # every house's mean over both seeds is 20 (a point), but the seed means are 10 and 30: the
     # verdict reads the wider interval, 20 +- 12.706 * 10
-    assert "t-nDTW: inconclusive (expected s0_it - s0_ep > 0; t-interval on 3 house means or 2 seed means (the wider) [-107.06, +147.06])" in text
+    assert ("t-nDTW: inconclusive (expected s0_it - s0_ep and 1 more seed pair > 0; t-interval on 3 house means or "
+            "2 seed means (the wider) [-107.06, +147.06])") in text
+    assert "val_unseen: s0_it - s0_ep and 1 more seed pair, paired per tour; 4 tours in 3 houses" in text
     assert json.loads(out.read_text())["intervals"]["t-nDTW"]["low"] == pytest.approx(10)
+    # the per-tour tables: each seed pair named by its own folders, its own values under them
+    assert main(["compare", str(a0), str(b0), str(a1), str(b1), "--resamples", "200", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    first, second = text.split("seed pair 2: ")[0], text.split("seed pair 2: ")[1].split("val_unseen: ")[0]
+    assert first.startswith("seed pair 1: per-tour t-nDTW (tndtw) and differences s0_it - s0_ep of the tour means")
+    assert "    tour            house     s0_it     s0_ep     diff" in first and "       0          house_x     40.00     30.00   +10.00" in first
+    assert second.startswith("per-tour t-nDTW (tndtw) and differences s1_it - s1_ep of the tour means")
+    assert "    tour            house     s1_it     s1_ep     diff" in second and "       0          house_x     60.00     30.00   +30.00" in second
 
 
 def test_seeds_over_other_tours_or_houses_and_swapped_pairs_are_refused(tmp_path, capsys):
