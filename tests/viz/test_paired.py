@@ -294,6 +294,9 @@ def test_two_seeds_pair_tours_within_each_seed_and_resample_seeds_then_houses(tm
     assert "    tour            house     s0_it     s0_ep     diff" in first and "       0          house_x     40.00     30.00   +10.00" in first
     assert second.startswith("per-tour t-nDTW (tndtw) and differences s1_it - s1_ep of the tour means")
     assert "    tour            house     s1_it     s1_ep     diff" in second and "       0          house_x     60.00     30.00   +30.00" in second
+    # 3 houses: the t-interval column, widened to the seed means' interval (20 +- 127.06) where that is wider
+    assert " metric     s0_it     s0_ep     diff   interval           house means  t-interval (or on the seed means, the wider)" in text
+    assert " t-nDTW     57.50     37.50   +20.00" in text and "+20.00  [-107.06, +147.06]" in text
 
 
 def test_seeds_over_other_tours_or_houses_and_swapped_pairs_are_refused(tmp_path, capsys):
