@@ -587,9 +587,8 @@ def format_comparison(c: Comparison, names: tuple[str, str] = ("A", "B"), per_to
                  f"{any_iv.seeds} seed(s); {100 * any_iv.level:g} % percentile interval of a hierarchical bootstrap "
                  f"({'seeds, ' if any_iv.seeds > 1 else ''}houses, tours; {any_iv.resamples} resamples)")
     few = any_iv.houses < FEW_HOUSES and any_iv.houses >= 2
-    lines.append(f"{'metric':>7} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}   interval"
-                 + ("           house means  t-interval" + (" (or on the seed means, the wider)" if any_iv.seeds > 1 else "")
-                    if few else ""))
+    t_head = "           house means  t-interval" + (" (or on the seed means, the wider)" if any_iv.seeds > 1 else "")
+    lines.append(f"{'metric':>7} {names[0][:9]:>9} {names[1][:9]:>9} {'diff':>8}   interval" + (t_head if few else ""))
     for m, iv in c.intervals.items():
         lines.append(f"{m:>7} {iv.mean_a:9.2f} {iv.mean_b:9.2f} {iv.mean:+8.2f}   [{iv.low:+.2f}, {iv.high:+.2f}]"
                      + (f"   {iv.house_mean:+8.2f}  [{iv.t_low:+.2f}, {iv.t_high:+.2f}]" if few else ""))
