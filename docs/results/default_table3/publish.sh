@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Publish what run.sh produced for one seed of MODEL into this folder: the training summary and
+# config, the two evaluations' summaries, and the README's comparisons (the gate: full - none and
+# full - random, `--expect greater`; against CMA: its paired seed and the other CMA seeds, `--null
+# --margin 3`). With POOL="0 1 ..." instead of SEED: the pooled reports of those seeds (one A B pair
+# per seed), the gate pairs and against CMA both as the null claim and as the paper's claim
+# (`--expect less --paper -2`, Table 3: CMA 38, TourCMA 36, PoolCMA 36, PoolEndCMA 38).
+#
+# A run's results folder may be gone (a lost machine, a pruned disk): each side is then read from
+# the committed report that kept its per-tour values (`ivln-ce compare REPORT.json#a`, see
+# `ivln-ce compare --help`); the report says so in its notes. CMA seed s: ../default_cma's
+# `{,s1_,s2_}full_vs_none_val_unseen.json#a`; the random agent: `../default_cma/full_vs_random_val_unseen.json#b`;
+# this model's seed s: `MODEL_s{s}_full_vs_none_val_unseen.json#a` (full) and `#b` (none).
+# A folder, when present, wins.
+# Usage: WORK=/path/of/run.sh MODEL=pool_cma SEED=1 bash docs/results/default_table3/publish.sh
+#        WORK=/path/of/run.sh MODEL=pool_cma POOL="0 1" bash docs/results/default_table3/publish.sh
+set -euo pipefail
+WORK=${WORK:?the folder of run.sh}
+MODEL=${MODEL:?tour_cma, pool_cma or pool_end_cma}
+case "$MODEL" in tour_cma|pool_cma|pool_end_cma) ;; *) echo "MODEL=$MODEL: tour_cma, pool_cma or pool_end_cma" >&2; exit 2 ;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+cd "$HERE"
+
+# side FOLDER REPORT#x: the folder when it holds a val_unseen evaluation, else the report side (which must exist)
+side() {
+  if ls "$1"/*_stats_*val_unseen.json >/dev/null 2>&1; then echo "$1"; return; fi
+  [ -f "${2%#*}" ] || { echo "neither $1 nor ${2%#*} exists: run run.sh (STAGE=eval) first" >&2; exit 1; }
+  echo "$2"
+}
+cma_prefix() { [ "$1" = 0 ] && echo "" || echo "s$1_"; }
+cma() { side "$WORK/eval_full$([ "$1" = 0 ] || echo "_s$1")" "../default_cma/$(cma_prefix "$1")full_vs_none_val_unseen.json#a"; }
+model_full() { side "$WORK/eval_${MODEL}_full_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#a"; }
+model_none() { side "$WORK/eval_${MODEL}_none_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#b"; }
+RANDOM_SIDE=$(side "$WORK/eval_random" "../default_cma/full_vs_random_val_unseen.json#b")
+# compare OUT ARGS...: the JSON report OUT.json and the printed table OUT.txt
+compare() {
+  local out=$1; shift
+  ivln-ce compare "$@" --split val_unseen --tndtw tndtw_paper --out "$out.json" > "$out.txt.tmp"
+  mv "$out.txt.tmp" "$out.txt"
+  echo "wrote $out.json, $out.txt"
+}
+
+if [ -n "${POOL:-}" ]; then
+  read -r -a seeds <<< "$POOL"
+  [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
+  tag=${MODEL}_seeds$(printf '%s' "${seeds[@]}")
+  gate_none=(); gate_random=(); vs_cma=()
+  for s in "${seeds[@]}"; do
+    gate_none+=("$(model_full "$s")" "$(model_none "$s")")
+    gate_random+=("$(model_full "$s")" "$RANDOM_SIDE")
+    vs_cma+=("$(model_full "$s")" "$(cma "$s")")
+  done
+  compare "${tag}_full_vs_none_val_unseen" "${gate_none[@]}" --expect greater
+  compare "${tag}_full_vs_random_val_unseen" "${gate_random[@]}" --expect greater
+  compare "${tag}_vs_cma_val_unseen" "${vs_cma[@]}" --null --margin 3
+  compare "${tag}_vs_cma_expect_less_val_unseen" "${vs_cma[@]}" --expect less --paper -2
+  exit 0
+fi
+
+SEED=${SEED:?the seed to publish (or POOL="0 1 ...")}
+RUN=$WORK/${MODEL}_e2_s$SEED
+for f in train_summary.json train_config.json; do
+  [ -f "$RUN/$f" ] || { echo "$RUN/$f: missing; has run.sh finished training seed $SEED?" >&2; exit 1; }
+  cp "$RUN/$f" "${MODEL}_e2_s${SEED}_$f"
+done
+for ins in full none; do
+  stats=$(ls "$WORK/eval_${MODEL}_${ins}_s$SEED"/*_stats_*val_unseen.json)
+  [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "eval_${MODEL}_${ins}_s$SEED: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
+  cp "$stats" "${MODEL}_s${SEED}_${ins}_eval_val_unseen_stats.json"
+done
+FULL=$WORK/eval_${MODEL}_full_s$SEED
+compare "${MODEL}_s${SEED}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_${MODEL}_none_s$SEED" --expect greater
+compare "${MODEL}_s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
+compare "${MODEL}_s${SEED}_vs_cma_val_unseen" "$FULL" "$(cma "$SEED")" --null --margin 3
+for c in 0 1 2; do
+  [ "$c" = "$SEED" ] && continue
+  compare "${MODEL}_s${SEED}_vs_cma_s${c}_val_unseen" "$FULL" "$(cma "$c")" --null --margin 3
+done
