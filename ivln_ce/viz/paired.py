@@ -82,6 +82,8 @@ class TourTable:
     setting: dict[str, Any] = field(default_factory=dict)
     #: a side of a saved ``compare`` report (``viz.report_side``): the spec and the folder it stands for
     report_origin: str | None = None
+    #: the name of that folder (what a table column shows for a report side); None for a folder run
+    report_folder: str | None = None
 
 
 #: the most bootstrap replicates a comparison draws (the default is 10,000): the replicate
@@ -535,9 +537,13 @@ def display_names(tables: Sequence[TourTable], width: int = 9) -> tuple[tuple[st
     The run labels when their first ``width`` characters (what a table column shows) are
     distinct (checkpoint labels often are not: two ``ckpt.11`` runs), else the results folders'
     names under the same rule, else A, B, ...; the legend then maps each letter to its folder, so
-    a printed table still says which run is which."""
+    a printed table still says which run is which. A side of a saved report has no run label of
+    its own, so where one takes part the folders' names decide, a report side named by the
+    folder its report read (the notes say it came from a report)."""
     letters = tuple("ABCDEFGH"[: len(tables)])
-    for names in (tuple(t.label for t in tables), tuple(t.results.name for t in tables)):
+    folders = tuple(t.report_folder or t.results.name for t in tables)
+    from_report = any(t.report_origin is not None for t in tables)
+    for names in ((folders,) if from_report else (tuple(t.label for t in tables), folders)):
         if all(names) and len({n[:width] for n in names}) == len(names):
             return names, []
     return letters, [f"{k} = {t.results}" for k, t in zip(letters, tables)]

@@ -119,7 +119,15 @@ def read_report_side(spec: str | Path, split: str = "val_unseen") -> TourTable:
     files = {name: path for name in ("stats", "tours", "episodes", "tour_dir")}
     return TourTable(Path(str(spec)), f"{path.stem}#{side}", split, tuple(tours[k] for k in order),
                      tuple(houses[k] for k in order), arrays, None, None, files, {},
-                     report_origin=f"{spec} (per-tour values of {origin}; t-nDTW field {field!r})")
+                     report_origin=f"{spec} (per-tour values of {origin}; t-nDTW field {field!r})",
+                     report_folder=_folder_name(origin) or f"{path.stem}#{side}")
+
+
+def _folder_name(origin: str) -> str | None:
+    """The last component of the folder a report read (``/runs/eval_full_s1`` -> ``eval_full_s1``),
+    printable and short, or None when the report does not say (a column then shows the report)."""
+    name = origin.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return name if name and name != "?" and name.isprintable() and len(name) <= 100 else None
 
 
 def _count(x: Any) -> bool:

@@ -182,3 +182,23 @@ def test_a_report_side_in_the_first_pair_keeps_the_swap_check_on_the_others(tmp_
     swapped = ok[:2] + [(read_tours(b2), read_tours(a2))]
     with pytest.raises(CompareError, match=r"seed pair 3 looks swapped: config 'mapping\.mode'.*pair 2"):
         compare(swapped, resamples=100)
+
+
+def test_a_report_side_is_named_by_the_folder_its_report_read(runs, tmp_path, capsys):
+    """A report side has no run label: a table of it against a folder run names both by folder
+    (the report side by the folder the report read, not by the report file), so a column says
+    which run it is; a report that does not say which folder it read is named by the report."""
+    from ivln_ce.viz.paired import display_names
+
+    report = _report(runs, tmp_path)
+    side, third = read_side(f"{report}#a"), read_tours(runs[2])
+    assert side.report_folder == "full" and display_names((third, side)) == (("third", "full"), [])
+    # two folder runs keep their labels
+    assert display_names((third, read_tours(runs[0]))) == (("tour-cma", "cma"), [])
+    assert main(["compare", str(runs[2]), f"{report}#b", "--resamples", "200", "--out", str(tmp_path / "c.json")]) == 0
+    assert " metric     third     last5     diff   interval" in capsys.readouterr().out
+    data = json.loads(report.read_text())
+    data["sources"] = [{"a": "?", "b": "?"}]
+    blind = tmp_path / "blind.json"
+    blind.write_text(json.dumps(data))
+    assert display_names((third, read_side(f"{blind}#a")))[0] == ("third", "blind#a")

@@ -59,12 +59,14 @@ fi
 
 SEED=${SEED:?the seed to publish (or POOL="0 1 ...")}
 RUN=$WORK/${MODEL}_e2_s$SEED
-for f in train_summary.json train_config.json; do
+for f in train_summary.json config.json; do
   [ -f "$RUN/$f" ] || { echo "$RUN/$f: missing; has run.sh finished training seed $SEED?" >&2; exit 1; }
-  cp "$RUN/$f" "${MODEL}_e2_s${SEED}_$f"
 done
+cp "$RUN/train_summary.json" "${MODEL}_e2_s${SEED}_train_summary.json"
+cp "$RUN/config.json" "${MODEL}_e2_s${SEED}_train_config.json"
 for ins in full none; do
-  stats=$(ls "$WORK/eval_${MODEL}_${ins}_s$SEED"/*_stats_*val_unseen.json)
+  # the summary (`*_stats_*`), not the per-episode table (`*_all_stats_*`)
+  stats=$(ls "$WORK/eval_${MODEL}_${ins}_s$SEED"/*_stats_*val_unseen.json | grep -v '_all_stats_')
   [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "eval_${MODEL}_${ins}_s$SEED: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
   cp "$stats" "${MODEL}_s${SEED}_${ins}_eval_val_unseen_stats.json"
 done
