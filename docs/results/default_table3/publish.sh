@@ -20,10 +20,13 @@ set -euo pipefail
 WORK=${WORK:?the folder of run.sh}
 MODEL=${MODEL:?tour_cma, pool_cma or pool_end_cma}
 case "$MODEL" in tour_cma|pool_cma|pool_end_cma) ;; *) echo "MODEL=$MODEL: tour_cma, pool_cma or pool_end_cma" >&2; exit 2 ;; esac
+WORK=$(cd "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE"
 
-# side FOLDER REPORT#x: the folder when it holds a val_unseen evaluation, else the report side (which must exist)
+# side FOLDER REPORT#x: the folder when it holds a val_unseen evaluation, else the report side (which must exist).
+# Its failure ends only the $(...) it runs in: callers assign each side to a variable first, so that
+# set -e sees it (an assignment's status is its substitution's)
 side() {
   if ls "$1"/*_stats_*val_unseen.json >/dev/null 2>&1; then echo "$1"; return; fi
   [ -f "${2%#*}" ] || { echo "neither $1 nor ${2%#*} exists: run run.sh (STAGE=eval) first" >&2; exit 1; }
@@ -37,7 +40,8 @@ RANDOM_SIDE=$(side "$WORK/eval_random" "../default_cma/full_vs_random_val_unseen
 # compare OUT ARGS...: the JSON report OUT.json and the printed table OUT.txt
 compare() {
   local out=$1; shift
-  ivln-ce compare "$@" --split val_unseen --tndtw tndtw_paper --out "$out.json" > "$out.txt.tmp"
+  ivln-ce compare "$@" --split val_unseen --tndtw tndtw_paper --out "$out.json" > "$out.txt.tmp" \
+    || { rm -f "$out.txt.tmp"; exit 1; }
   mv "$out.txt.tmp" "$out.txt"
   echo "wrote $out.json, $out.txt"
 }
@@ -48,9 +52,10 @@ if [ -n "${POOL:-}" ]; then
   tag=${MODEL}_seeds$(printf '%s' "${seeds[@]}")
   gate_none=(); gate_random=(); vs_cma=()
   for s in "${seeds[@]}"; do
-    gate_none+=("$(model_full "$s")" "$(model_none "$s")")
-    gate_random+=("$(model_full "$s")" "$RANDOM_SIDE")
-    vs_cma+=("$(model_full "$s")" "$(cma "$s")")
+    full=$(model_full "$s"); none=$(model_none "$s"); base=$(cma "$s")
+    gate_none+=("$full" "$none")
+    gate_random+=("$full" "$RANDOM_SIDE")
+    vs_cma+=("$full" "$base")
   done
   compare "${tag}_full_vs_none_val_unseen" "${gate_none[@]}" --expect greater
   compare "${tag}_full_vs_random_val_unseen" "${gate_random[@]}" --expect greater
@@ -75,9 +80,11 @@ done
 FULL=$WORK/eval_${MODEL}_full_s$SEED
 compare "${MODEL}_s${SEED}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_${MODEL}_none_s$SEED" --expect greater
 compare "${MODEL}_s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
-compare "${MODEL}_s${SEED}_vs_cma_val_unseen" "$FULL" "$(cma "$SEED")" --null --margin 3
-[ "$MODEL" = pool_end_cma ] || compare "${MODEL}_s${SEED}_vs_cma_expect_less_val_unseen" "$FULL" "$(cma "$SEED")" --expect less --paper -2
+base=$(cma "$SEED")
+compare "${MODEL}_s${SEED}_vs_cma_val_unseen" "$FULL" "$base" --null --margin 3
+[ "$MODEL" = pool_end_cma ] || compare "${MODEL}_s${SEED}_vs_cma_expect_less_val_unseen" "$FULL" "$base" --expect less --paper -2
 for c in 0 1 2; do
   [ "$c" = "$SEED" ] && continue
-  compare "${MODEL}_s${SEED}_vs_cma_s${c}_val_unseen" "$FULL" "$(cma "$c")" --null --margin 3
+  other=$(cma "$c")
+  compare "${MODEL}_s${SEED}_vs_cma_s${c}_val_unseen" "$FULL" "$other" --null --margin 3
 done
