@@ -541,9 +541,8 @@ def display_names(tables: Sequence[TourTable], width: int = 9) -> tuple[tuple[st
     its own, so where one takes part the folders' names decide, a report side named by the
     folder its report read (the notes say it came from a report)."""
     letters = tuple("ABCDEFGH"[: len(tables)])
-    # tables of other kinds (``viz.positions``) come from folders only: no report attributes
-    folders = tuple(getattr(t, "report_folder", None) or t.results.name for t in tables)
-    from_report = any(getattr(t, "report_origin", None) is not None for t in tables)
+    folders = tuple(t.report_folder or t.results.name for t in tables)
+    from_report = any(t.report_origin is not None for t in tables)
     for names in ((folders,) if from_report else (tuple(t.label for t in tables), folders)):
         if all(names) and len({n[:width] for n in names}) == len(names):
             return names, []

@@ -38,6 +38,9 @@ class PositionTable:
     houses: tuple[str, ...]
     episodes: tuple[tuple[str, ...], ...]
     values: np.ndarray
+    #: always from a folder: the report-side fields ``display_names`` reads on a ``TourTable``
+    report_origin: None = None
+    report_folder: None = None
 
 
 @dataclass(frozen=True)
