@@ -1191,6 +1191,18 @@ def main(argv: list[str] | None = None) -> int:
         text = f"ivln-ce {args.command}: error: {exc}"
         print(text.encode(enc, "backslashreplace").decode(enc, "replace"), file=sys.stderr)
         return 2
+    finally:
+        leave_process_group()
+
+
+def leave_process_group() -> None:
+    """A torchrun rank (``train``, ``eval``, ``rl``) leaves its torch.distributed group before the
+    interpreter exits: one that exits inside it can die of SIGABRT after its work is done (gloo's
+    threads meet the exit), and torchrun reports the run as failed. Imports nothing: a command
+    that never loaded torch.distributed has no group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

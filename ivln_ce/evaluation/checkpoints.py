@@ -93,10 +93,8 @@ def evaluate_checkpoint_folder(cfg: DictConfig, evaluate: Callable[..., dict[str
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(results / "tb"))
-    from ivln_ce.evaluation.distributed import from_rank0, init
+    from ivln_ce.evaluation.distributed import from_rank0  # the ranks were joined by the evaluator's entry point
 
-    if world_size and world_size > 1:
-        init(rank, world_size)
     deadline = time.monotonic() + float(cfg.eval.poll_timeout)
     try:
         while True:

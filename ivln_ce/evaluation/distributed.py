@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def init(rank: int, world_size: int, init_method: str | None = None) -> None:
@@ -17,6 +19,28 @@ def init(rank: int, world_size: int, init_method: str | None = None) -> None:
     dist.init_process_group(backend, rank=rank, world_size=world_size, init_method=init_method)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+
+
+@contextmanager
+def process_group(rank: int, world_size: int) -> Iterator[None]:
+    """The ranks joined for one evaluation, and the group destroyed on the way out when this call
+    created it (a caller's own group is left alone). A process that exits with the group alive
+    can die of SIGABRT after its work is done ("terminate called without an active exception":
+    gloo's threads meet the interpreter's exit), which fails torchrun and multiprocessing runs
+    that computed everything."""
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    init(rank, world_size)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        if created and dist.is_initialized():
+            if ok:
+                dist.barrier()  # every rank leaves together: no rank tears down while another still talks
+            dist.destroy_process_group()
 
 
 def barrier() -> None:

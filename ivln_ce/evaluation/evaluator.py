@@ -540,7 +540,12 @@ def evaluate(cfg: DictConfig, rank: int | None = None, world_size: int | None = 
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # rank 0 (or the only process) holds results_dir for the run: two runs would mix their files
     held = run_folder.hold(Path(cfg.results_dir), "evaluation") if not rank else contextlib.nullcontext()
-    with held:
+    group = contextlib.nullcontext()
+    if world_size and world_size > 1:
+        from ivln_ce.evaluation.distributed import process_group
+
+        group = process_group(rank, world_size)
+    with held, group:
         return _evaluate(cfg, rank, world_size, show_progress, policy_agent)
 
 
@@ -582,9 +587,7 @@ def _evaluate(cfg: DictConfig, rank: int | None, world_size: int | None, show_pr
     fp = run_fingerprint(cfg, split)
     distributed = bool(world_size and world_size > 1)
     if distributed:
-        from ivln_ce.evaluation.distributed import barrier, init
-
-        init(rank, world_size)
+        from ivln_ce.evaluation.distributed import barrier  # the group was joined by evaluate()
     if not distributed or rank == 0:
         paths.tour_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(paths)
