@@ -11,9 +11,11 @@
 # A run's results folder may be gone (a lost machine, a pruned disk): each side is then read from
 # the committed report that kept its per-tour values (`ivln-ce compare REPORT.json#a`, see
 # `ivln-ce compare --help`); the report says so in its notes. CMA seed s: ../default_cma's
-# `{,s1_,s2_}full_vs_none_val_unseen.json#a`; the random agent: `../default_cma/full_vs_random_val_unseen.json#b`;
+# `{,s1_,s2_,s3_,s4_}full_vs_none_val_unseen.json#a`; the random agent: `../default_cma/full_vs_random_val_unseen.json#b`;
 # this model's seed s: `MODEL_s{s}_full_vs_none_val_unseen.json#a` (full) and `#b` (none).
-# A folder, when present, wins.
+# A folder, when present, wins. CMA_SEEDS (default "0 1 2 3 4", the CMA seeds run at `default`) names the
+# CMA seeds that SEED=s is also compared with, unpaired (each but s); every model's seeds 0-3 were published
+# with "0 1 2", before CMA seeds 3 and 4 were run or when CMA seed 3 was their own pair.
 # Usage: WORK=/path/of/run.sh MODEL=pool_cma SEED=1 bash docs/results/default_table3/publish.sh
 #        WORK=/path/of/run.sh MODEL=pool_cma POOL="0 1" bash docs/results/default_table3/publish.sh
 set -euo pipefail
@@ -83,7 +85,7 @@ compare "${MODEL}_s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --e
 base=$(cma "$SEED")
 compare "${MODEL}_s${SEED}_vs_cma_val_unseen" "$FULL" "$base" --null --margin 3
 [ "$MODEL" = pool_end_cma ] || compare "${MODEL}_s${SEED}_vs_cma_expect_less_val_unseen" "$FULL" "$base" --expect less --paper -2
-for c in 0 1 2; do
+for c in ${CMA_SEEDS:-0 1 2 3 4}; do
   [ "$c" = "$SEED" ] && continue
   other=$(cma "$c")
   compare "${MODEL}_s${SEED}_vs_cma_s${c}_val_unseen" "$FULL" "$other" --null --margin 3
