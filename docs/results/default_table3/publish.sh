@@ -14,8 +14,8 @@
 # `{,s1_,s2_,s3_,s4_}full_vs_none_val_unseen.json#a`; the random agent: `../default_cma/full_vs_random_val_unseen.json#b`;
 # this model's seed s: `MODEL_s{s}_full_vs_none_val_unseen.json#a` (full) and `#b` (none).
 # A folder, when present, wins. CMA_SEEDS (default "0 1 2 3 4", the CMA seeds run at `default`) names the
-# CMA seeds that SEED=s is also compared with, unpaired (each but s); every model's seeds 0-3 were published
-# with "0 1 2", before CMA seeds 3 and 4 were run or when CMA seed 3 was their own pair.
+# CMA seeds that SEED=s is also compared with, unpaired (each but s); the committed unpaired reports of seeds
+# 0-3 used CMA seeds 0-2 (TourCMA seeds 0-2 have none): CMA_SEEDS="0 1 2" reproduces them.
 # Usage: WORK=/path/of/run.sh MODEL=pool_cma SEED=1 bash docs/results/default_table3/publish.sh
 #        WORK=/path/of/run.sh MODEL=pool_cma POOL="0 1" bash docs/results/default_table3/publish.sh
 set -euo pipefail
