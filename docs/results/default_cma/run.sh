@@ -7,18 +7,23 @@
 # Resumable: a finished step is skipped, a killed training resumes.
 # SEED (default 0) names the training seed; seed 0 writes cma_e2 and eval_{full,none}, seed N
 # cma_e2_sN and eval_{full,none}_sN. The random agent does not depend on it and runs once.
+# A variant of the recipe (../large_batch/run_default.sh) sets NAME and TRAIN_EXTRA (more `ivln-ce train`
+# arguments, split on spaces): it writes cma_e2_NAME_sN and eval_NAME_{full,none}_sN instead.
 # Usage: WORK=/path/outside/the/repo [SEED=0] [STAGE=train|eval] bash docs/results/default_cma/run.sh
 set -euo pipefail
 WORK=${WORK:?a folder outside the work tree}
 STAGE=${STAGE:-train}
 SEED=${SEED:-0}
 SUFFIX=$([ "$SEED" = 0 ] && echo "" || echo "_s$SEED")
+NAME=${NAME:-}
+read -r -a extra <<< "${TRAIN_EXTRA:-}"
 DATA=$WORK/synthetic_default
 RECIPE=configs/embedded/cma.yaml
 [ -f "$DATA/manifest.json" ] || ivln-ce data synth --preset default --out "$DATA"
-OUT=$WORK/cma_e2$SUFFIX
+OUT=$WORK/cma_e2${NAME:+_$NAME}$SUFFIX
+EVAL=$WORK/eval${NAME:+_$NAME}
 if [ "$STAGE" = train ]; then
-  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE data.root="$DATA" seed="$SEED" train.epochs=2 \
+  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE ${extra[@]+"${extra[@]}"} data.root="$DATA" seed="$SEED" train.epochs=2 \
     train.val_split=val_seen "train.val_ablations=[none]" train.store_cache="$WORK/tf_cache" \
     train.out_dir="$OUT" results_dir="$OUT"
   exit 0
@@ -29,9 +34,9 @@ for scan, tours in d.items():
     out.append(str(n)); n += len(tours)
 print('[' + ','.join(out) + ']')" "$DATA/tours.json")
 for ins in full none; do
-  ls "$WORK/eval_$ins$SUFFIX"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
+  ls "${EVAL}_$ins$SUFFIX"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
     eval.agent=policy eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.instruction=$ins \
-    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="$WORK/eval_$ins$SUFFIX"
+    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="${EVAL}_$ins$SUFFIX"
 done
 ls "$WORK/eval_random"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
   eval.agent=random policy.name=none env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"

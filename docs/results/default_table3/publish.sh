@@ -25,29 +25,14 @@ case "$MODEL" in tour_cma|pool_cma|pool_end_cma) ;; *) echo "MODEL=$MODEL: tour_
 WORK=$(cd "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE"
+# side, compare, copy_run
+source ../publish_lib.sh
 
-# side FOLDER REPORT#x: the folder when it holds a val_unseen evaluation, else the report side (which must exist).
-# Its failure ends only the $(...) it runs in: callers assign each side to a variable first, so that
-# set -e sees it (an assignment's status is its substitution's)
-side() {
-  if ls "$1"/*_stats_*val_unseen.json >/dev/null 2>&1; then echo "$1"; return; fi
-  [ -f "${2%#*}" ] || { echo "neither $1 nor ${2%#*} exists: run run.sh (STAGE=eval) first" >&2; exit 1; }
-  echo "$2"
-}
 cma_prefix() { [ "$1" = 0 ] && echo "" || echo "s$1_"; }
 cma() { side "$WORK/eval_full$([ "$1" = 0 ] || echo "_s$1")" "../default_cma/$(cma_prefix "$1")full_vs_none_val_unseen.json#a"; }
 model_full() { side "$WORK/eval_${MODEL}_full_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#a"; }
 model_none() { side "$WORK/eval_${MODEL}_none_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#b"; }
 RANDOM_SIDE=$(side "$WORK/eval_random" "../default_cma/full_vs_random_val_unseen.json#b")
-# compare OUT ARGS...: the JSON report OUT.json and the printed table OUT.txt
-compare() {
-  local out=$1; shift
-  ivln-ce compare "$@" --split val_unseen --tndtw tndtw_paper --out "$out.json" > "$out.txt.tmp" \
-    || { rm -f "$out.txt.tmp"; exit 1; }
-  mv "$out.txt.tmp" "$out.txt"
-  echo "wrote $out.json, $out.txt"
-}
-
 if [ -n "${POOL:-}" ]; then
   read -r -a seeds <<< "$POOL"
   [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
@@ -67,18 +52,7 @@ if [ -n "${POOL:-}" ]; then
 fi
 
 SEED=${SEED:?the seed to publish (or POOL="0 1 ...")}
-RUN=$WORK/${MODEL}_e2_s$SEED
-for f in train_summary.json config.json; do
-  [ -f "$RUN/$f" ] || { echo "$RUN/$f: missing; has run.sh finished training seed $SEED?" >&2; exit 1; }
-done
-cp "$RUN/train_summary.json" "${MODEL}_e2_s${SEED}_train_summary.json"
-cp "$RUN/config.json" "${MODEL}_e2_s${SEED}_train_config.json"
-for ins in full none; do
-  # the summary (`*_stats_*`), not the per-episode table (`*_all_stats_*`)
-  stats=$(ls "$WORK/eval_${MODEL}_${ins}_s$SEED"/*_stats_*val_unseen.json | grep -v '_all_stats_')
-  [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "eval_${MODEL}_${ins}_s$SEED: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
-  cp "$stats" "${MODEL}_s${SEED}_${ins}_eval_val_unseen_stats.json"
-done
+copy_run "$WORK/${MODEL}_e2_s$SEED" "${MODEL}_e2_s${SEED}" "$WORK/eval_${MODEL}" "_s$SEED" "${MODEL}_s${SEED}"
 FULL=$WORK/eval_${MODEL}_full_s$SEED
 compare "${MODEL}_s${SEED}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_${MODEL}_none_s$SEED" --expect greater
 compare "${MODEL}_s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater

@@ -1,0 +1,38 @@
+# Shared by the results folders' publish scripts (sourced, not run): finding a comparison's sides,
+# writing `ivln-ce compare` reports atomically, and copying one run's summaries into the folder.
+
+# side FOLDER REPORT#x: the folder when it holds a val_unseen evaluation, else the committed report side
+# (which must exist). Its failure ends only the $(...) it runs in: callers assign each side to a variable
+# first, so that set -e sees it (an assignment's status is its substitution's).
+side() {
+  if ls "$1"/*_stats_*val_unseen.json >/dev/null 2>&1; then echo "$1"; return; fi
+  [ -f "${2%#*}" ] || { echo "neither $1 nor ${2%#*} exists: run the evaluation first" >&2; exit 1; }
+  echo "$2"
+}
+
+# compare OUT ARGS...: the JSON report OUT.json and the printed table OUT.txt
+compare() {
+  local out=$1; shift
+  ivln-ce compare "$@" --split val_unseen --tndtw tndtw_paper --out "$out.json" > "$out.txt.tmp" \
+    || { rm -f "$out.txt.tmp"; exit 1; }
+  mv "$out.txt.tmp" "$out.txt"
+  echo "wrote $out.json, $out.txt"
+}
+
+# copy_run RUN TRAIN_TAG EVAL_PREFIX EVAL_SUFFIX STATS_TAG: RUN's train_summary.json and config.json as
+# TRAIN_TAG_train_{summary,config}.json, and the val_unseen summary of EVAL_PREFIX_{full,none}EVAL_SUFFIX
+# as STATS_TAG_{full,none}_eval_val_unseen_stats.json
+copy_run() {
+  local run=$1 train_tag=$2 eval_prefix=$3 eval_suffix=$4 stats_tag=$5 f ins stats
+  for f in train_summary.json config.json; do
+    [ -f "$run/$f" ] || { echo "$run/$f: missing; has the training finished?" >&2; exit 1; }
+  done
+  cp "$run/train_summary.json" "${train_tag}_train_summary.json"
+  cp "$run/config.json" "${train_tag}_train_config.json"
+  for ins in full none; do
+    # the summary (`*_stats_*`), not the per-episode table (`*_all_stats_*`)
+    stats=$(ls "${eval_prefix}_${ins}${eval_suffix}"/*_stats_*val_unseen.json | grep -v '_all_stats_')
+    [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "${eval_prefix}_${ins}${eval_suffix}: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
+    cp "$stats" "${stats_tag}_${ins}_eval_val_unseen_stats.json"
+  done
+}
