@@ -31,8 +31,8 @@ copy_run() {
   cp "$run/config.json" "${train_tag}_train_config.json"
   for ins in full none; do
     # the summary (`*_stats_*`), not the per-episode table (`*_all_stats_*`)
-    stats=$(ls "${eval_prefix}_${ins}${eval_suffix}"/*_stats_*val_unseen.json | grep -v '_all_stats_')
-    [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "${eval_prefix}_${ins}${eval_suffix}: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
+    stats=$(ls "${eval_prefix}_${ins}${eval_suffix}"/*_stats_*val_unseen.json 2>/dev/null | grep -v '_all_stats_' || true)
+    [ -n "$stats" ] && [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "${eval_prefix}_${ins}${eval_suffix}: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
     cp "$stats" "${stats_tag}_${ins}_eval_val_unseen_stats.json"
   done
 }
