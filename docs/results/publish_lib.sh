@@ -10,6 +10,14 @@ side() {
   echo "$2"
 }
 
+# The sides that ../default_cma provides, for a script one folder below docs/results (the cwd):
+# cma_side WORK S: CMA seed S at batch 8 (WORK/eval_full, _sS for S > 0, or its committed report);
+# random_side WORK: the random agent on the same tours.
+cma_side() {
+  side "$1/eval_full$([ "$2" = 0 ] || echo "_s$2")" "../default_cma/$([ "$2" = 0 ] || echo "s$2_")full_vs_none_val_unseen.json#a"
+}
+random_side() { side "$1/eval_random" "../default_cma/full_vs_random_val_unseen.json#b"; }
+
 # compare OUT ARGS...: the JSON report OUT.json and the printed table OUT.txt
 compare() {
   local out=$1; shift

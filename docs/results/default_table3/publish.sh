@@ -25,21 +25,19 @@ case "$MODEL" in tour_cma|pool_cma|pool_end_cma) ;; *) echo "MODEL=$MODEL: tour_
 WORK=$(cd "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE"
-# side, compare, copy_run
+# side, cma_side, random_side, compare, copy_run
 source ../publish_lib.sh
 
-cma_prefix() { [ "$1" = 0 ] && echo "" || echo "s$1_"; }
-cma() { side "$WORK/eval_full$([ "$1" = 0 ] || echo "_s$1")" "../default_cma/$(cma_prefix "$1")full_vs_none_val_unseen.json#a"; }
 model_full() { side "$WORK/eval_${MODEL}_full_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#a"; }
 model_none() { side "$WORK/eval_${MODEL}_none_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#b"; }
-RANDOM_SIDE=$(side "$WORK/eval_random" "../default_cma/full_vs_random_val_unseen.json#b")
+RANDOM_SIDE=$(random_side "$WORK")
 if [ -n "${POOL:-}" ]; then
   read -r -a seeds <<< "$POOL"
   [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
   tag=${MODEL}_seeds$(printf '%s' "${seeds[@]}")
   gate_none=(); gate_random=(); vs_cma=()
   for s in "${seeds[@]}"; do
-    full=$(model_full "$s"); none=$(model_none "$s"); base=$(cma "$s")
+    full=$(model_full "$s"); none=$(model_none "$s"); base=$(cma_side "$WORK" "$s")
     gate_none+=("$full" "$none")
     gate_random+=("$full" "$RANDOM_SIDE")
     vs_cma+=("$full" "$base")
@@ -56,11 +54,11 @@ copy_run "$WORK/${MODEL}_e2_s$SEED" "${MODEL}_e2_s${SEED}" "$WORK/eval_${MODEL}"
 FULL=$WORK/eval_${MODEL}_full_s$SEED
 compare "${MODEL}_s${SEED}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_${MODEL}_none_s$SEED" --expect greater
 compare "${MODEL}_s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
-base=$(cma "$SEED")
+base=$(cma_side "$WORK" "$SEED")
 compare "${MODEL}_s${SEED}_vs_cma_val_unseen" "$FULL" "$base" --null --margin 3
 [ "$MODEL" = pool_end_cma ] || compare "${MODEL}_s${SEED}_vs_cma_expect_less_val_unseen" "$FULL" "$base" --expect less --paper -2
 for c in ${CMA_SEEDS:-0 1 2 3 4}; do
   [ "$c" = "$SEED" ] && continue
-  other=$(cma "$c")
+  other=$(cma_side "$WORK" "$c")
   compare "${MODEL}_s${SEED}_vs_cma_s${c}_val_unseen" "$FULL" "$other" --null --margin 3
 done

@@ -12,12 +12,12 @@ SEED=${SEED:?the seed to publish}
 ARM=${ARM:-b64}
 WORK=$(cd "$WORK" && pwd)
 cd "$(dirname "$0")"
-# side, compare, copy_run
+# side, cma_side, random_side, compare, copy_run
 source ../publish_lib.sh
 
 SUFFIX=$([ "$SEED" = 0 ] && echo "" || echo "_s$SEED")  # run_default.sh's (default_cma/run.sh's) naming
-B8=$(side "$WORK/eval_full$SUFFIX" "../default_cma/$([ "$SEED" = 0 ] || echo "s${SEED}_")full_vs_none_val_unseen.json#a")
-RANDOM_SIDE=$(side "$WORK/eval_random" "../default_cma/full_vs_random_val_unseen.json#b")
+B8=$(cma_side "$WORK" "$SEED")
+RANDOM_SIDE=$(random_side "$WORK")
 tag=default_${ARM}_s$SEED
 copy_run "$WORK/cma_e2_$ARM$SUFFIX" "$tag" "$WORK/eval_$ARM" "$SUFFIX" "$tag"
 FULL=$WORK/eval_${ARM}_full$SUFFIX
