@@ -8,7 +8,8 @@
 # SEED (default 0) names the training seed; seed 0 writes cma_e2 and eval_{full,none}, seed N
 # cma_e2_sN and eval_{full,none}_sN. The random agent does not depend on it and runs once.
 # A variant of the recipe (../large_batch/run_default.sh) sets NAME and TRAIN_EXTRA (more `ivln-ce train`
-# arguments, split on spaces): it writes cma_e2_NAME_sN and eval_NAME_{full,none}_sN instead.
+# arguments, split on spaces): it writes cma_e2_NAME_sN and eval_NAME_{full,none}_sN instead; it may set
+# EPOCHS (default 2, the recipe's budget here), and the evaluation then reads the last epoch's checkpoint.
 # Usage: WORK=/path/outside/the/repo [SEED=0] [STAGE=train|eval] bash docs/results/default_cma/run.sh
 set -euo pipefail
 WORK=${WORK:?a folder outside the work tree}
@@ -16,6 +17,7 @@ STAGE=${STAGE:-train}
 SEED=${SEED:-0}
 SUFFIX=$([ "$SEED" = 0 ] && echo "" || echo "_s$SEED")
 NAME=${NAME:-}
+EPOCHS=${EPOCHS:-2}
 read -r -a extra <<< "${TRAIN_EXTRA:-}"
 DATA=$WORK/synthetic_default
 RECIPE=configs/embedded/cma.yaml
@@ -23,7 +25,7 @@ RECIPE=configs/embedded/cma.yaml
 OUT=$WORK/cma_e2${NAME:+_$NAME}$SUFFIX
 EVAL=$WORK/eval${NAME:+_$NAME}
 if [ "$STAGE" = train ]; then
-  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE ${extra[@]+"${extra[@]}"} data.root="$DATA" seed="$SEED" train.epochs=2 \
+  [ -f "$OUT/train_summary.json" ] || ivln-ce train --config $RECIPE ${extra[@]+"${extra[@]}"} data.root="$DATA" seed="$SEED" train.epochs="$EPOCHS" \
     train.val_split=val_seen "train.val_ablations=[none]" train.store_cache="$WORK/tf_cache" \
     train.out_dir="$OUT" results_dir="$OUT"
   exit 0
@@ -36,7 +38,7 @@ print('[' + ','.join(out) + ']')" "$DATA/tours.json")
 for ins in full none; do
   ls "${EVAL}_$ins$SUFFIX"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
     eval.agent=policy eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.instruction=$ins \
-    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.1.pth" results_dir="${EVAL}_$ins$SUFFIX"
+    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.$((EPOCHS - 1)).pth" results_dir="${EVAL}_$ins$SUFFIX"
 done
 ls "$WORK/eval_random"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
   eval.agent=random policy.name=none env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"

@@ -7,6 +7,8 @@
 # configs/profiles/large_batch.yaml (sqrt rule, lr 2.83e-3, 12-step warm-up), 226 optimizer steps
 # instead of 1,800, then val_unseen with and without the instruction, into WORK/cma_e2_ARM_sS and
 # WORK/eval_ARM_{full,none}_sS (no _sS for seed 0). ARM=b64lin uses the linear rule (8e-3) instead.
+# ARM=b64e16 is the sqrt arm at 16 epochs (1,808 optimizer steps, about batch 8's 1,800 in 2 epochs):
+# as many optimizer steps as batch 8, eight times the data; it evaluates ckpt.15.pth.
 # Resumable: a finished step is skipped.
 # Usage: WORK=/path/outside/the/repo SEED=S [ARM=b64] [STAGE=train|eval] bash docs/results/large_batch/run_default.sh
 # Then: WORK=... SEED=S [ARM=b64] bash docs/results/large_batch/publish_default.sh
@@ -16,6 +18,7 @@ ARM=${ARM:-b64}
 case $ARM in
   b64) extra="--config configs/profiles/large_batch.yaml" ;;
   b64lin) extra="--config configs/profiles/large_batch.yaml train.lr_rule=linear" ;;
+  b64e16) extra="--config configs/profiles/large_batch.yaml"; export EPOCHS=16 ;;
   *) echo "unknown arm $ARM" >&2; exit 2 ;;
 esac
 [ -f "$WORK/synthetic_default/manifest.json" ] || { echo "no $WORK/synthetic_default: run docs/results/default_cma/run.sh first" >&2; exit 2; }
