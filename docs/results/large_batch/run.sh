@@ -6,6 +6,8 @@
 # store (train.store_cache); another seed collects its own (add policy.frozen_encoder_seed=0 to
 # EXTRA for one store across seeds: those encoders differ from seed 0's default draw). Seed 0
 # writes WORK/ARM and WORK/eval_ARM, seed S > 0 WORK/ARM_sS and WORK/eval_ARM_sS.
+# Arm b64steps is b64 with 8x the recipe's epochs (as many optimizer steps as b8); each arm is
+# evaluated at its own last checkpoint.
 # Usage: [SEED=S] [ARMS="b8 b64"] WORK=/path/outside/the/repo bash docs/results/large_batch/run.sh
 # On a GPU: RECIPE=configs/embedded/map_cma_iterative_gt.yaml DEVICE=cuda ARMS=b64 \
 #   EXTRA="train.num_envs=14 eval.num_envs=14 train.loader_workers=3" WORK=... bash .../run.sh
@@ -18,15 +20,18 @@ ARMS=${ARMS:-"b8 b64 b128"}
 read -r -a more <<< "${EXTRA:-}"
 DATA=$WORK/synthetic_small
 [ -f "$DATA/manifest.json" ] || ivln-ce data synth --preset small --out "$DATA"
-last=$(python -c "import sys; from ivln_ce.config import load_config; c = load_config(sys.argv[1], []); print(int(c.train.epochs) * int(c.train.iterations) - 1)" "$RECIPE")
+read -r epochs iterations < <(python -c "import sys; from ivln_ce.config import load_config; c = load_config(sys.argv[1], []); print(int(c.train.epochs), int(c.train.iterations))" "$RECIPE")
 for arm in $ARMS; do
+  arm_epochs=$epochs
   case $arm in
     b8) extra=() ;;
     b64) extra=(--config configs/profiles/large_batch.yaml) ;;
+    b64steps) arm_epochs=$((epochs * 8)); extra=(--config configs/profiles/large_batch.yaml train.epochs=$arm_epochs) ;;
     b128) extra=(--config configs/profiles/large_batch.yaml train.batch_size=128 train.lr_warmup_steps=6) ;;
     b64lin) extra=(--config configs/profiles/large_batch.yaml train.lr_rule=linear) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
+  last=$((arm_epochs * iterations - 1))
   out=$WORK/$arm; [ "$SEED" = 0 ] || out=$WORK/${arm}_s$SEED
   [ -f "$out/train_summary.json" ] || ivln-ce train --config "$RECIPE" "${extra[@]}" data.root="$DATA" seed="$SEED" \
       train.device="$DEVICE" train.val_split=val_seen train.store_cache="$WORK/tf_cache" \

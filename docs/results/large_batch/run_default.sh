@@ -16,8 +16,8 @@ set -euo pipefail
 : "${WORK:?a folder outside the work tree}" "${SEED:?the training seed of a batch-8 default_cma run in WORK}"
 ARM=${ARM:-b64}
 case $ARM in
-  b64) extra="--config configs/profiles/large_batch.yaml" ;;
-  b64lin) extra="--config configs/profiles/large_batch.yaml train.lr_rule=linear" ;;
+  b64) extra="--config configs/profiles/large_batch.yaml"; export EPOCHS=2 ;;
+  b64lin) extra="--config configs/profiles/large_batch.yaml train.lr_rule=linear"; export EPOCHS=2 ;;
   b64e16) extra="--config configs/profiles/large_batch.yaml"; export EPOCHS=16 ;;
   *) echo "unknown arm $ARM" >&2; exit 2 ;;
 esac
