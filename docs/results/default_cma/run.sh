@@ -10,6 +10,8 @@
 # A variant of the recipe (../large_batch/run_default.sh) sets NAME and TRAIN_EXTRA (more `ivln-ce train`
 # arguments, split on spaces): it writes cma_e2_NAME_sN and eval_NAME_{full,none}_sN instead; it may set
 # EPOCHS (default 2, the recipe's budget here), and the evaluation then reads the last epoch's checkpoint.
+# STAGE=eval with AT_EPOCH=E (1 to EPOCHS - 1) evaluates the checkpoint after epoch E instead, with the full
+# instruction only, into eval_NAMEepE_full_sN (a point on the training curve; no run of its own).
 # Usage: WORK=/path/outside/the/repo [SEED=0] [STAGE=train|eval] bash docs/results/default_cma/run.sh
 set -euo pipefail
 WORK=${WORK:?a folder outside the work tree}
@@ -35,10 +37,16 @@ import json, sys; d = json.load(open(sys.argv[1]))['val_unseen']; n = 0; out = [
 for scan, tours in d.items():
     out.append(str(n)); n += len(tours)
 print('[' + ','.join(out) + ']')" "$DATA/tours.json")
-for ins in full none; do
+AT_EPOCH=${AT_EPOCH:-$EPOCHS}
+INSTRUCTIONS="full none"
+if [ "$AT_EPOCH" != "$EPOCHS" ]; then
+  [ "$AT_EPOCH" -ge 1 ] && [ "$AT_EPOCH" -lt "$EPOCHS" ] || { echo "AT_EPOCH=$AT_EPOCH: not an epoch before the last ($EPOCHS)" >&2; exit 2; }
+  EVAL=${EVAL}ep$AT_EPOCH INSTRUCTIONS=full
+fi
+for ins in $INSTRUCTIONS; do
   ls "${EVAL}_$ins$SUFFIX"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
     eval.agent=policy eval.deterministic=true env.oracle_phases=true eval.split=val_unseen eval.instruction=$ins \
-    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.$((EPOCHS - 1)).pth" results_dir="${EVAL}_$ins$SUFFIX"
+    "eval.tours=$TOURS" policy.checkpoint="$OUT/ckpt.$((AT_EPOCH - 1)).pth" results_dir="${EVAL}_$ins$SUFFIX"
 done
 ls "$WORK/eval_random"/*_stats_*val_unseen.json >/dev/null 2>&1 || ivln-ce eval --config $RECIPE data.root="$DATA" \
   eval.agent=random policy.name=none env.oracle_phases=true eval.split=val_unseen "eval.tours=$TOURS" results_dir="$WORK/eval_random"

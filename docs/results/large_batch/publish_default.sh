@@ -5,7 +5,9 @@
 # none and - random agent, `--expect greater`). The batch-8 side is WORK/eval_full_sS (eval_full for
 # seed 0) when present, else the committed ../default_cma report that kept its per-tour values
 # (`REPORT.json#a`); the random agent likewise (../default_cma/full_vs_random_val_unseen.json#b).
-# Usage: WORK=/path/of/run_default.sh SEED=4 [ARM=b64] bash docs/results/large_batch/publish_default.sh
+# AT_EPOCHS="E ..." adds the checkpoints after those epochs that run_default.sh evaluated with AT_EPOCH=E (full
+# instruction only): their summaries, and each against batch 8 (`--null --margin 3`).
+# Usage: WORK=/path/of/run_default.sh SEED=4 [ARM=b64] [AT_EPOCHS="8 4"] bash docs/results/large_batch/publish_default.sh
 set -euo pipefail
 WORK=${WORK:?the folder of run_default.sh}
 SEED=${SEED:?the seed to publish}
@@ -24,3 +26,10 @@ FULL=$WORK/eval_${ARM}_full$SUFFIX
 compare "${tag}_vs_b8_val_unseen" "$FULL" "$B8" --null --margin 3
 compare "${tag}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_${ARM}_none$SUFFIX" --expect greater
 compare "${tag}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
+for ep in ${AT_EPOCHS:-}; do
+  MID=$WORK/eval_${ARM}ep${ep}_full$SUFFIX
+  stats=$(ls "$MID"/*_stats_*val_unseen.json 2>/dev/null | grep -v '_all_stats_' || true)
+  [ -n "$stats" ] && [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "$MID: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
+  cp "$stats" "${tag}_ep${ep}_full_eval_val_unseen_stats.json"
+  compare "${tag}_ep${ep}_vs_b8_val_unseen" "$MID" "$B8" --null --margin 3
+done
