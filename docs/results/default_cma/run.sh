@@ -12,7 +12,7 @@
 # EPOCHS (default 2, the recipe's budget here), and the evaluation then reads the last epoch's checkpoint.
 # STAGE=eval with AT_EPOCH=E (1 to EPOCHS - 1) evaluates the checkpoint after epoch E instead, with the full
 # instruction only, into eval_NAMEepE_full_sN (a point on the training curve; no run of its own).
-# Usage: WORK=/path/outside/the/repo [SEED=0] [STAGE=train|eval] bash docs/results/default_cma/run.sh
+# Usage: WORK=/path/outside/the/repo [SEED=0] [STAGE=train|eval] [AT_EPOCH=E] bash docs/results/default_cma/run.sh
 set -euo pipefail
 WORK=${WORK:?a folder outside the work tree}
 STAGE=${STAGE:-train}
@@ -40,7 +40,7 @@ print('[' + ','.join(out) + ']')" "$DATA/tours.json")
 AT_EPOCH=${AT_EPOCH:-$EPOCHS}
 INSTRUCTIONS="full none"
 if [ "$AT_EPOCH" != "$EPOCHS" ]; then
-  [ "$AT_EPOCH" -ge 1 ] && [ "$AT_EPOCH" -lt "$EPOCHS" ] || { echo "AT_EPOCH=$AT_EPOCH: not an epoch before the last ($EPOCHS)" >&2; exit 2; }
+  [[ "$AT_EPOCH" =~ ^[1-9][0-9]*$ ]] && [ "$AT_EPOCH" -lt "$EPOCHS" ] || { echo "AT_EPOCH=$AT_EPOCH: not an epoch before the last ($EPOCHS)" >&2; exit 2; }
   EVAL=${EVAL}ep$AT_EPOCH INSTRUCTIONS=full
 fi
 for ins in $INSTRUCTIONS; do

@@ -6,7 +6,7 @@
 # store (train.store_cache); another seed collects its own (add policy.frozen_encoder_seed=0 to
 # EXTRA for one store across seeds: those encoders differ from seed 0's default draw). Seed 0
 # writes WORK/ARM and WORK/eval_ARM, seed S > 0 WORK/ARM_sS and WORK/eval_ARM_sS.
-# Arm b64steps is b64 with 8x the recipe's epochs (as many optimizer steps as b8); each arm is
+# Arm b64steps is b64 with 8x the recipe's epochs (about as many optimizer steps as b8); each arm is
 # evaluated at its own last checkpoint.
 # Usage: [SEED=S] [ARMS="b8 b64"] WORK=/path/outside/the/repo bash docs/results/large_batch/run.sh
 # On a GPU: RECIPE=configs/embedded/map_cma_iterative_gt.yaml DEVICE=cuda ARMS=b64 \

@@ -10,7 +10,9 @@
 # ARM=b64e16 is the sqrt arm at 16 epochs (1,808 optimizer steps, about batch 8's 1,800 in 2 epochs):
 # as many optimizer steps as batch 8, eight times the data; it evaluates ckpt.15.pth.
 # Resumable: a finished step is skipped.
-# Usage: WORK=/path/outside/the/repo SEED=S [ARM=b64] [STAGE=train|eval] bash docs/results/large_batch/run_default.sh
+# STAGE=eval with AT_EPOCH=E evaluates the checkpoint after epoch E (< the arm's epochs: 2, or 16 for b64e16)
+# instead of the last (passed on to default_cma/run.sh).
+# Usage: WORK=/path/outside/the/repo SEED=S [ARM=b64] [STAGE=train|eval] [AT_EPOCH=E] bash docs/results/large_batch/run_default.sh
 # Then: WORK=... SEED=S [ARM=b64] bash docs/results/large_batch/publish_default.sh
 set -euo pipefail
 : "${WORK:?a folder outside the work tree}" "${SEED:?the training seed of a batch-8 default_cma run in WORK}"
