@@ -27,20 +27,25 @@ compare() {
   echo "wrote $out.json, $out.txt"
 }
 
+# copy_stats EVAL DEST: EVAL's one val_unseen summary (`*_stats_*`, not the per-episode `*_all_stats_*`) as DEST
+copy_stats() {
+  local stats
+  stats=$(ls "$1"/*_stats_*val_unseen.json 2>/dev/null | grep -v '_all_stats_' || true)
+  [ -n "$stats" ] && [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "$1: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
+  cp "$stats" "$2"
+}
+
 # copy_run RUN TRAIN_TAG EVAL_PREFIX EVAL_SUFFIX STATS_TAG: RUN's train_summary.json and config.json as
 # TRAIN_TAG_train_{summary,config}.json, and the val_unseen summary of EVAL_PREFIX_{full,none}EVAL_SUFFIX
 # as STATS_TAG_{full,none}_eval_val_unseen_stats.json
 copy_run() {
-  local run=$1 train_tag=$2 eval_prefix=$3 eval_suffix=$4 stats_tag=$5 f ins stats
+  local run=$1 train_tag=$2 eval_prefix=$3 eval_suffix=$4 stats_tag=$5 f ins
   for f in train_summary.json config.json; do
     [ -f "$run/$f" ] || { echo "$run/$f: missing; has the training finished?" >&2; exit 1; }
   done
   cp "$run/train_summary.json" "${train_tag}_train_summary.json"
   cp "$run/config.json" "${train_tag}_train_config.json"
   for ins in full none; do
-    # the summary (`*_stats_*`), not the per-episode table (`*_all_stats_*`)
-    stats=$(ls "${eval_prefix}_${ins}${eval_suffix}"/*_stats_*val_unseen.json 2>/dev/null | grep -v '_all_stats_' || true)
-    [ -n "$stats" ] && [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "${eval_prefix}_${ins}${eval_suffix}: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
-    cp "$stats" "${stats_tag}_${ins}_eval_val_unseen_stats.json"
+    copy_stats "${eval_prefix}_${ins}${eval_suffix}" "${stats_tag}_${ins}_eval_val_unseen_stats.json"
   done
 }

@@ -14,7 +14,7 @@ SEED=${SEED:?the seed to publish}
 ARM=${ARM:-b64}
 WORK=$(cd "$WORK" && pwd)
 cd "$(dirname "$0")"
-# side, cma_side, random_side, compare, copy_run
+# side, cma_side, random_side, compare, copy_stats, copy_run
 source ../publish_lib.sh
 
 SUFFIX=$([ "$SEED" = 0 ] && echo "" || echo "_s$SEED")  # run_default.sh's (default_cma/run.sh's) naming
@@ -28,8 +28,6 @@ compare "${tag}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_${ARM}_none$SUFFIX"
 compare "${tag}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
 for ep in ${AT_EPOCHS:-}; do
   MID=$WORK/eval_${ARM}ep${ep}_full$SUFFIX
-  stats=$(ls "$MID"/*_stats_*val_unseen.json 2>/dev/null | grep -v '_all_stats_' || true)
-  [ -n "$stats" ] && [ "$(echo "$stats" | wc -l)" = 1 ] || { echo "$MID: expected one val_unseen stats file, found: $stats" >&2; exit 1; }
-  cp "$stats" "${tag}_ep${ep}_full_eval_val_unseen_stats.json"
+  copy_stats "$MID" "${tag}_ep${ep}_full_eval_val_unseen_stats.json"
   compare "${tag}_ep${ep}_vs_b8_val_unseen" "$MID" "$B8" --null --margin 3
 done

@@ -7,8 +7,8 @@
 # configs/profiles/large_batch.yaml (sqrt rule, lr 2.83e-3, 12-step warm-up), 226 optimizer steps
 # instead of 1,800, then val_unseen with and without the instruction, into WORK/cma_e2_ARM_sS and
 # WORK/eval_ARM_{full,none}_sS (no _sS for seed 0). ARM=b64lin uses the linear rule (8e-3) instead.
-# ARM=b64e16 is the sqrt arm at 16 epochs (1,808 optimizer steps, about batch 8's 1,800 in 2 epochs):
-# as many optimizer steps as batch 8, eight times the data; it evaluates ckpt.15.pth.
+# ARM=b64e16 is the sqrt arm at 16 epochs (1,808 optimizer steps, about batch 8's 1,800 in 2 epochs;
+# eight times the data); it evaluates ckpt.15.pth.
 # Resumable: a finished step is skipped.
 # STAGE=eval with AT_EPOCH=E evaluates the checkpoint after epoch E (< the arm's epochs: 2, or 16 for b64e16)
 # instead of the last (passed on to default_cma/run.sh).
