@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Publish what run.sh produced for one CMA seed into this folder: the training summary and config,
+# the two evaluations' val_unseen summaries, summarize.py's printout and the seed's gate reports
+# (full - none and full - random, `--expect greater`). With POOL="0 1 ..." instead of SEED: the pooled
+# gate reports of those seeds (one A B pair per seed), seedsNNN_full_vs_{none,random}_val_unseen.
+#
+# A seed's results folder may be gone (a lost machine, a pruned disk): its sides are then read from the
+# committed report that kept its per-tour values (`ivln-ce compare REPORT.json#a`, see `ivln-ce compare
+# --help`): seed s's `{,sS_}full_vs_none_val_unseen.json#a` (full) and `#b` (none), the random agent's
+# `full_vs_random_val_unseen.json#b`. A folder, when present, wins. Seed 0 was published by hand at
+# a8ee31c (its reports carry `--null --margin 3`); SEED=0 is refused, POOL may name it.
+# Usage: WORK=/path/of/run.sh SEED=5 bash docs/results/default_cma/publish.sh
+#        WORK=/path/of/run.sh POOL="0 1 2 3 4 5" bash docs/results/default_cma/publish.sh
+set -euo pipefail
+WORK=${WORK:?the folder of run.sh}
+WORK=$(cd "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
+HERE=$(cd "$(dirname "$0")" && pwd)
+cd "$HERE"
+# side, compare, copy_run
+source ../publish_lib.sh
+
+# seed s's folders are WORK/eval_{full,none}_sS (seed 0: no suffix), its report sS_full_vs_none (seed 0: no prefix)
+suffix() { [ "$1" = 0 ] || echo "_s$1"; }
+prefix() { [ "$1" = 0 ] || echo "s$1_"; }
+full_side() { side "$WORK/eval_full$(suffix "$1")" "$(prefix "$1")full_vs_none_val_unseen.json#a"; }
+none_side() { side "$WORK/eval_none$(suffix "$1")" "$(prefix "$1")full_vs_none_val_unseen.json#b"; }
+RANDOM_SIDE=$(side "$WORK/eval_random" "full_vs_random_val_unseen.json#b")
+if [ -n "${POOL:-}" ]; then
+  read -r -a seeds <<< "$POOL"
+  [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
+  gate_none=(); gate_random=()
+  for s in "${seeds[@]}"; do
+    full=$(full_side "$s"); none=$(none_side "$s")
+    gate_none+=("$full" "$none")
+    gate_random+=("$full" "$RANDOM_SIDE")
+  done
+  tag=seeds$(printf '%s' "${seeds[@]}")
+  compare "${tag}_full_vs_none_val_unseen" "${gate_none[@]}" --expect greater
+  compare "${tag}_full_vs_random_val_unseen" "${gate_random[@]}" --expect greater
+  exit 0
+fi
+
+SEED=${SEED:?the seed to publish (or POOL="0 1 ...")}
+[[ "$SEED" =~ ^[1-9][0-9]*$ ]] || { echo "SEED=$SEED: a seed from 1 up (seed 0 was published by hand)" >&2; exit 2; }
+copy_run "$WORK/cma_e2_s$SEED" "cma_e2_s$SEED" "$WORK/eval" "_s$SEED" "s$SEED"
+python summarize.py "$WORK/cma_e2_s$SEED" > "summary_s$SEED.txt.tmp" && mv "summary_s$SEED.txt.tmp" "summary_s$SEED.txt"
+FULL=$WORK/eval_full_s$SEED
+compare "s${SEED}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_none_s$SEED" --expect greater
+compare "s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
