@@ -11,10 +11,10 @@
 # A run's results folder may be gone (a lost machine, a pruned disk): each side is then read from
 # the committed report that kept its per-tour values (`ivln-ce compare REPORT.json#a`, see
 # `ivln-ce compare --help`); the report says so in its notes. CMA seed s: ../default_cma's
-# `{,s1_,s2_,s3_,s4_}full_vs_none_val_unseen.json#a`; the random agent: `../default_cma/full_vs_random_val_unseen.json#b`;
+# `{,s1_,...,s5_}full_vs_none_val_unseen.json#a`; the random agent: `../default_cma/full_vs_random_val_unseen.json#b`;
 # this model's seed s: `MODEL_s{s}_full_vs_none_val_unseen.json#a` (full) and `#b` (none).
-# A folder, when present, wins. CMA_SEEDS (default "0 1 2 3 4", the CMA seeds run at `default`) names the
-# CMA seeds that SEED=s is also compared with, unpaired (each but s); the committed unpaired reports of seeds
+# A folder, when present, wins. CMA_SEEDS (default "0 1 2 3 4", the CMA seeds run at `default` before TourCMA
+# seed 5) names the CMA seeds that SEED=s is also compared with, unpaired (each but s); the committed unpaired reports of seeds
 # 0-3 used CMA seeds 0-2 (TourCMA seeds 0-2 have none): CMA_SEEDS="0 1 2" reproduces them.
 # Usage: WORK=/path/of/run.sh MODEL=pool_cma SEED=1 bash docs/results/default_table3/publish.sh
 #        WORK=/path/of/run.sh MODEL=pool_cma POOL="0 1" bash docs/results/default_table3/publish.sh
