@@ -4,17 +4,19 @@
 # (full - none and full - random, `--expect greater`). With POOL="0 1 ..." instead of SEED: the pooled
 # gate reports of those seeds (one A B pair per seed), seedsNNN_full_vs_{none,random}_val_unseen.
 #
-# A seed's results folder may be gone (a lost machine, a pruned disk): its sides are then read from the
-# committed report that kept its per-tour values (`ivln-ce compare REPORT.json#a`, see `ivln-ce compare
-# --help`): seed s's `{,sS_}full_vs_none_val_unseen.json#a` (full) and `#b` (none), the random agent's
-# `full_vs_random_val_unseen.json#b`. A folder, when present, wins. Seed 0 was published by hand at
-# a8ee31c (its reports carry `--null --margin 3`); SEED=0 is refused, POOL may name it.
+# In a POOL, a seed's results folder may be gone (a lost machine, a pruned disk): its sides are then read
+# from the committed report that kept its per-tour values (`ivln-ce compare REPORT.json#a`, see `ivln-ce
+# compare --help`): seed s's `{,sS_}full_vs_none_val_unseen.json#a` (full) and `#b` (none); the random
+# agent's `full_vs_random_val_unseen.json#b` (in both modes). A folder, when present, wins. SEED=s needs
+# the run's folders (WORK/cma_e2_sS with its val_store, WORK/eval_{full,none}_sS). Seed 0 was published by
+# hand at a8ee31c (its reports carry `--null --margin 3`); SEED=0 is refused, POOL may name it. POOL's
+# seeds are single digits, each once (the report names concatenate them: seeds012345).
 # Usage: WORK=/path/of/run.sh SEED=5 bash docs/results/default_cma/publish.sh
 #        WORK=/path/of/run.sh POOL="0 1 2 3 4 5" bash docs/results/default_cma/publish.sh
 set -euo pipefail
 WORK=${WORK:?the folder of run.sh}
-WORK=$(cd "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
-HERE=$(cd "$(dirname "$0")" && pwd)
+WORK=$(CDPATH= cd -- "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
+HERE=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 cd "$HERE"
 # side, compare, copy_run
 source ../publish_lib.sh
@@ -26,8 +28,13 @@ full_side() { side "$WORK/eval_full$(suffix "$1")" "$(prefix "$1")full_vs_none_v
 none_side() { side "$WORK/eval_none$(suffix "$1")" "$(prefix "$1")full_vs_none_val_unseen.json#b"; }
 RANDOM_SIDE=$(side "$WORK/eval_random" "full_vs_random_val_unseen.json#b")
 if [ -n "${POOL:-}" ]; then
+  [ -z "${SEED:-}" ] || { echo "set SEED or POOL, not both" >&2; exit 2; }
   read -r -a seeds <<< "$POOL"
   [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
+  for s in "${seeds[@]}"; do
+    [[ "$s" =~ ^[0-9]$ ]] || { echo "POOL: $s is not a seed from 0 to 9" >&2; exit 2; }
+  done
+  [ "$(printf '%s\n' "${seeds[@]}" | sort -u | wc -l)" = "${#seeds[@]}" ] || { echo "POOL names a seed twice: $POOL" >&2; exit 2; }
   gate_none=(); gate_random=()
   for s in "${seeds[@]}"; do
     full=$(full_side "$s"); none=$(none_side "$s")
@@ -43,7 +50,8 @@ fi
 SEED=${SEED:?the seed to publish (or POOL="0 1 ...")}
 [[ "$SEED" =~ ^[1-9][0-9]*$ ]] || { echo "SEED=$SEED: a seed from 1 up (seed 0 was published by hand)" >&2; exit 2; }
 copy_run "$WORK/cma_e2_s$SEED" "cma_e2_s$SEED" "$WORK/eval" "_s$SEED" "s$SEED"
-python summarize.py "$WORK/cma_e2_s$SEED" > "summary_s$SEED.txt.tmp" && mv "summary_s$SEED.txt.tmp" "summary_s$SEED.txt"
+python summarize.py "$WORK/cma_e2_s$SEED" > "summary_s$SEED.txt.tmp" || { rm -f "summary_s$SEED.txt.tmp"; exit 1; }
+mv "summary_s$SEED.txt.tmp" "summary_s$SEED.txt"
 FULL=$WORK/eval_full_s$SEED
 compare "s${SEED}_full_vs_none_val_unseen" "$FULL" "$WORK/eval_none_s$SEED" --expect greater
 compare "s${SEED}_full_vs_random_val_unseen" "$FULL" "$RANDOM_SIDE" --expect greater
