@@ -18,6 +18,19 @@ cma_side() {
 }
 random_side() { side "$1/eval_random" "../default_cma/full_vs_random_val_unseen.json#b"; }
 
+# check_pool: POOL (with SEED unset) names at least two seeds, single digits, each once: the pooled reports
+# names concatenate them (seeds01235)
+check_pool() {
+  local s seeds
+  [ -z "${SEED:-}" ] || { echo "set SEED or POOL, not both" >&2; exit 2; }
+  read -r -a seeds <<< "$POOL"
+  [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
+  for s in "${seeds[@]}"; do
+    [[ "$s" =~ ^[0-9]$ ]] || { echo "POOL: $s is not a seed from 0 to 9" >&2; exit 2; }
+  done
+  [ "$(printf '%s\n' "${seeds[@]}" | sort -u | wc -l)" = "${#seeds[@]}" ] || { echo "POOL names a seed twice: $POOL" >&2; exit 2; }
+}
+
 # compare OUT ARGS...: the JSON report OUT.json and the printed table OUT.txt
 compare() {
   local out=$1; shift

@@ -18,7 +18,7 @@ WORK=${WORK:?the folder of run.sh}
 WORK=$(CDPATH= cd -- "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
 HERE=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 cd "$HERE"
-# side, compare, copy_run
+# side, compare, copy_run, check_pool
 source ../publish_lib.sh
 
 # seed s's folders are WORK/eval_{full,none}_sS (seed 0: no suffix), its report sS_full_vs_none (seed 0: no prefix)
@@ -28,13 +28,8 @@ full_side() { side "$WORK/eval_full$(suffix "$1")" "$(prefix "$1")full_vs_none_v
 none_side() { side "$WORK/eval_none$(suffix "$1")" "$(prefix "$1")full_vs_none_val_unseen.json#b"; }
 RANDOM_SIDE=$(side "$WORK/eval_random" "full_vs_random_val_unseen.json#b")
 if [ -n "${POOL:-}" ]; then
-  [ -z "${SEED:-}" ] || { echo "set SEED or POOL, not both" >&2; exit 2; }
+  check_pool
   read -r -a seeds <<< "$POOL"
-  [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
-  for s in "${seeds[@]}"; do
-    [[ "$s" =~ ^[0-9]$ ]] || { echo "POOL: $s is not a seed from 0 to 9" >&2; exit 2; }
-  done
-  [ "$(printf '%s\n' "${seeds[@]}" | sort -u | wc -l)" = "${#seeds[@]}" ] || { echo "POOL names a seed twice: $POOL" >&2; exit 2; }
   gate_none=(); gate_random=()
   for s in "${seeds[@]}"; do
     full=$(full_side "$s"); none=$(none_side "$s")

@@ -25,20 +25,15 @@ case "$MODEL" in tour_cma|pool_cma|pool_end_cma) ;; *) echo "MODEL=$MODEL: tour_
 WORK=$(CDPATH= cd -- "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
 HERE=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 cd "$HERE"
-# side, cma_side, random_side, compare, copy_run
+# side, cma_side, random_side, compare, copy_run, check_pool
 source ../publish_lib.sh
 
 model_full() { side "$WORK/eval_${MODEL}_full_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#a"; }
 model_none() { side "$WORK/eval_${MODEL}_none_s$1" "${MODEL}_s$1_full_vs_none_val_unseen.json#b"; }
 RANDOM_SIDE=$(random_side "$WORK")
 if [ -n "${POOL:-}" ]; then
-  [ -z "${SEED:-}" ] || { echo "set SEED or POOL, not both" >&2; exit 2; }
+  check_pool
   read -r -a seeds <<< "$POOL"
-  [ "${#seeds[@]}" -ge 2 ] || { echo "POOL names at least two seeds" >&2; exit 2; }
-  for s in "${seeds[@]}"; do  # single digits, each once: the report names concatenate them (seeds01235)
-    [[ "$s" =~ ^[0-9]$ ]] || { echo "POOL: $s is not a seed from 0 to 9" >&2; exit 2; }
-  done
-  [ "$(printf '%s\n' "${seeds[@]}" | sort -u | wc -l)" = "${#seeds[@]}" ] || { echo "POOL names a seed twice: $POOL" >&2; exit 2; }
   tag=${MODEL}_seeds$(printf '%s' "${seeds[@]}")
   gate_none=(); gate_random=(); vs_cma=()
   for s in "${seeds[@]}"; do
