@@ -10,13 +10,18 @@ side() {
   echo "$2"
 }
 
-# The sides that ../default_cma provides, for a script one folder below docs/results (the cwd):
+# The sides that ../default_cma provides, for a script one folder below docs/results (the cwd); their
+# committed reports are read from CMA_REPORTS (default ../default_cma/; default_cma's own script sets it empty):
 # cma_side WORK S: CMA seed S at batch 8 (WORK/eval_full, _sS for S > 0, or its committed report);
+# cma_none_side WORK S: the same seed without its instruction (WORK/eval_none, _sS for S > 0);
 # random_side WORK: the random agent on the same tours.
 cma_side() {
-  side "$1/eval_full$([ "$2" = 0 ] || echo "_s$2")" "../default_cma/$([ "$2" = 0 ] || echo "s$2_")full_vs_none_val_unseen.json#a"
+  side "$1/eval_full$([ "$2" = 0 ] || echo "_s$2")" "${CMA_REPORTS-../default_cma/}$([ "$2" = 0 ] || echo "s$2_")full_vs_none_val_unseen.json#a"
 }
-random_side() { side "$1/eval_random" "../default_cma/full_vs_random_val_unseen.json#b"; }
+cma_none_side() {
+  side "$1/eval_none$([ "$2" = 0 ] || echo "_s$2")" "${CMA_REPORTS-../default_cma/}$([ "$2" = 0 ] || echo "s$2_")full_vs_none_val_unseen.json#b"
+}
+random_side() { side "$1/eval_random" "${CMA_REPORTS-../default_cma/}full_vs_random_val_unseen.json#b"; }
 
 # check_pool: POOL (with SEED unset) names at least two seeds, single digits, each once: the pooled reports
 # names concatenate them (seeds01235)

@@ -18,21 +18,17 @@ WORK=${WORK:?the folder of run.sh}
 WORK=$(CDPATH= cd -- "$WORK" && pwd)  # absolute before the cd below: a relative WORK would miss its folders
 HERE=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 cd "$HERE"
-# side, compare, copy_run, check_pool
+# cma_side, cma_none_side, random_side (reading this folder's reports), compare, copy_run, check_pool
+CMA_REPORTS=
 source ../publish_lib.sh
 
-# seed s's folders are WORK/eval_{full,none}_sS (seed 0: no suffix), its report sS_full_vs_none (seed 0: no prefix)
-suffix() { [ "$1" = 0 ] || echo "_s$1"; }
-prefix() { [ "$1" = 0 ] || echo "s$1_"; }
-full_side() { side "$WORK/eval_full$(suffix "$1")" "$(prefix "$1")full_vs_none_val_unseen.json#a"; }
-none_side() { side "$WORK/eval_none$(suffix "$1")" "$(prefix "$1")full_vs_none_val_unseen.json#b"; }
-RANDOM_SIDE=$(side "$WORK/eval_random" "full_vs_random_val_unseen.json#b")
+RANDOM_SIDE=$(random_side "$WORK")
 if [ -n "${POOL:-}" ]; then
   check_pool
   read -r -a seeds <<< "$POOL"
   gate_none=(); gate_random=()
   for s in "${seeds[@]}"; do
-    full=$(full_side "$s"); none=$(none_side "$s")
+    full=$(cma_side "$WORK" "$s"); none=$(cma_none_side "$WORK" "$s")
     gate_none+=("$full" "$none")
     gate_random+=("$full" "$RANDOM_SIDE")
   done
